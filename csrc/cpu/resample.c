@@ -1,0 +1,181 @@
+/* cpu/resample.c: resample on the CPU, the no-GPU path and the reference the CUDA kernel
+ * is held to (bit for bit, except slerp's libm calls).
+ * Layouts (elements): out [B,T,D] contiguous, is_pad [B,T]; inputs strided, see
+ * rc_resample_args in robocache.h. Work is split over (row, target) pairs: one binary search
+ * each, then D features written. Benchmark: python benchmarks/bench_resample.py --device cpu
+ */
+#include <string.h>
+
+#include "../resample_math.h"
+#include "../robocache.h"
+#include "parallel.h"
+
+static float load_f(const char *p, rc_dtype dt) {
+    switch (dt) {
+    case RC_F16: { uint16_t h; memcpy(&h, p, 2); return rc_f16_to_f32(h); }
+    case RC_BF16: { uint16_t h; memcpy(&h, p, 2); return rc_bf16_to_f32(h); }
+    default: { float f; memcpy(&f, p, 4); return f; }
+    }
+}
+
+static void store_f(char *p, float f, rc_dtype dt) {
+    uint16_t h;
+    switch (dt) {
+    case RC_F16: h = rc_f32_to_f16(f); memcpy(p, &h, 2); break;
+    case RC_BF16: h = rc_f32_to_bf16(f); memcpy(p, &h, 2); break;
+    default: memcpy(p, &f, 4); break;
+    }
+}
+
+/* out[0..D) = row r (strided by sd elements of size es). */
+static void copy_row(char *out, const char *r, int64_t D, int64_t sd, int es) {
+    if (sd == 1) {
+        memcpy(out, r, (size_t)(D * es));
+        return;
+    }
+    for (int64_t k = 0; k < D; k++) memcpy(out + k * es, r + k * sd * es, (size_t)es);
+}
+
+static void lerp_row(char *out, const char *r0, const char *r1, double w, int64_t D,
+                     int64_t sd, rc_dtype dt) {
+    if (dt == RC_F64) {
+        const double *a = (const double *)r0, *b = (const double *)r1;
+        double *o = (double *)out;
+        for (int64_t k = 0; k < D; k++) o[k] = a[k * sd] + w * (b[k * sd] - a[k * sd]);
+        return;
+    }
+    float wf = (float)w;
+    if (dt == RC_F32) {
+        const float *a = (const float *)r0, *b = (const float *)r1;
+        float *o = (float *)out;
+        for (int64_t k = 0; k < D; k++) o[k] = a[k * sd] + wf * (b[k * sd] - a[k * sd]);
+        return;
+    }
+    for (int64_t k = 0; k < D; k++) { /* half types: float32 math, one rounding at the end */
+        float a = load_f(r0 + k * sd * 2, dt), b = load_f(r1 + k * sd * 2, dt);
+        store_f(out + k * 2, a + wf * (b - a), dt);
+    }
+}
+
+static void slerp_row(char *out, const char *r0, const char *r1, double w, int64_t D,
+                      int64_t sd, rc_dtype dt) {
+    int es = rc_dtype_size(dt);
+    for (int64_t q = 0; q < D; q += 4) {
+        if (dt == RC_F64) {
+            double a[4], b[4], r[4];
+            for (int k = 0; k < 4; k++) {
+                memcpy(&a[k], r0 + (q + k) * sd * es, 8);
+                memcpy(&b[k], r1 + (q + k) * sd * es, 8);
+            }
+            rc_slerp_f64(r, a, b, w);
+            memcpy(out + q * es, r, 32);
+        } else {
+            float a[4], b[4], r[4];
+            for (int k = 0; k < 4; k++) {
+                a[k] = load_f(r0 + (q + k) * sd * es, dt);
+                b[k] = load_f(r1 + (q + k) * sd * es, dt);
+            }
+            rc_slerp_f32(r, a, b, (float)w);
+            for (int k = 0; k < 4; k++) store_f(out + (q + k) * es, r[k], dt);
+        }
+    }
+}
+
+static void resample_range(void *ctx, int64_t begin, int64_t end) {
+    const rc_resample_args *a = (const rc_resample_args *)ctx;
+    const int es = rc_dtype_size(a->values_dtype), tes = rc_dtype_size(a->times_dtype);
+    const int64_t T = a->targets, D = a->features, sd = a->values_stride_d;
+    int64_t cur_b = -1, v0 = 0, t0 = 0, n = 0;
+    for (int64_t p = begin; p < end; p++) {
+        int64_t b = p / T, t = p % T;
+        if (b != cur_b) {
+            rc_row_span(&v0, &t0, &n, a, b);
+            cur_b = b;
+        }
+        rc_locate loc;
+        rc_locate_any(&loc, a->times_dtype, (const char *)a->times + t0 * tes, a->times_stride_s,
+                      n, (const char *)a->new_times +
+                             (b * a->new_times_stride_b + t * a->new_times_stride_t) * tes,
+                      a->mode, a->tolerance);
+        if (a->is_pad) a->is_pad[p] = loc.pad;
+        char *o = (char *)a->out + p * D * es;
+        if (loc.i0 < 0) {
+            memset(o, 0, (size_t)(D * es));
+            continue;
+        }
+        const char *r0 = (const char *)a->values + (v0 + loc.i0 * a->values_stride_s) * es;
+        const char *r1 = (const char *)a->values + (v0 + loc.i1 * a->values_stride_s) * es;
+        if (a->mode == RC_SLERP)
+            slerp_row(o, r0, r1, loc.w, D, sd, a->values_dtype);
+        else if (loc.w != 0.0) /* w == 0: exactly on a sample, copy it (keeps inf/NaN exact) */
+            lerp_row(o, r0, r1, loc.w, D, sd, a->values_dtype);
+        else
+            copy_row(o, r0, D, sd, es);
+    }
+}
+
+rc_status rc_resample_cpu(const rc_resample_args *args, int num_threads) {
+    int64_t pairs = args->batch * args->targets;
+    /* ~32k element-writes per block before another thread pays off */
+    int64_t grain = 32768 / (args->features + 16) + 1;
+    rc_parallel_for(pairs, grain, num_threads, resample_range, (void *)args);
+    return RC_OK;
+}
+
+/* ---- content validation ------------------------------------------------------------------ */
+
+#define RC_DEFINE_CHECK_TIMES(NAME, T, IS_FINITE)                                                \
+    static int64_t NAME(int64_t *bad_i, const T *t, int64_t st, int64_t n) {                   \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            T x = t[i * st];                                                                   \
+            if (!IS_FINITE(x)) { *bad_i = i; return RC_CHECK_TIMES_NONFINITE; }                \
+            if (i > 0 && x < t[(i - 1) * st]) { *bad_i = i; return RC_CHECK_TIMES_UNSORTED; }  \
+        }                                                                                      \
+        return RC_CHECK_OK;                                                                    \
+    }
+#define RC_ALWAYS_FINITE(x) ((void)(x), 1)
+RC_DEFINE_CHECK_TIMES(check_times_f32, float, isfinite)
+RC_DEFINE_CHECK_TIMES(check_times_f64, double, isfinite)
+RC_DEFINE_CHECK_TIMES(check_times_i64, int64_t, RC_ALWAYS_FINITE)
+
+static int64_t check_times(int64_t *bad_i, const rc_resample_args *a, int64_t t0, int64_t n) {
+    const char *t = (const char *)a->times + t0 * rc_dtype_size(a->times_dtype);
+    if (a->times_dtype == RC_F32) return check_times_f32(bad_i, (const float *)t, a->times_stride_s, n);
+    if (a->times_dtype == RC_F64) return check_times_f64(bad_i, (const double *)t, a->times_stride_s, n);
+    return check_times_i64(bad_i, (const int64_t *)t, a->times_stride_s, n);
+}
+
+static rc_status found(rc_check_result *r, int64_t kind, int64_t row, int64_t i) {
+    r->kind = kind;
+    r->row = row;
+    r->i = i;
+    return RC_OK;
+}
+
+rc_status rc_resample_check_cpu(rc_check_result *result, const rc_resample_args *a) {
+    found(result, RC_CHECK_OK, 0, 0);
+    if (a->offsets) {
+        const int64_t *off = a->offsets, so = a->offsets_stride;
+        if (off[0] != 0) return found(result, RC_CHECK_OFFSETS, 0, 0);
+        for (int64_t e = 0; e < a->episodes; e++)
+            if (off[(e + 1) * so] < off[e * so]) return found(result, RC_CHECK_OFFSETS, e + 1, 0);
+        if (off[a->episodes * so] != a->samples)
+            return found(result, RC_CHECK_OFFSETS, a->episodes, 0);
+        for (int64_t b = 0; b < a->batch; b++) {
+            int64_t e = a->index[b * a->index_stride];
+            if (e < 0 || e >= a->episodes) return found(result, RC_CHECK_INDEX, b, 0);
+        }
+    } else if (a->lengths) {
+        for (int64_t b = 0; b < a->batch; b++) {
+            int64_t n = a->lengths[b * a->lengths_stride];
+            if (n < 0 || n > a->samples) return found(result, RC_CHECK_LENGTHS, b, 0);
+        }
+    }
+    for (int64_t b = 0; b < a->batch; b++) {
+        int64_t v0, t0, n, bad_i = 0;
+        rc_row_span(&v0, &t0, &n, a, b);
+        int64_t kind = check_times(&bad_i, a, t0, n);
+        if (kind != RC_CHECK_OK) return found(result, kind, b, bad_i);
+    }
+    return RC_OK;
+}

@@ -1,0 +1,475 @@
+/* dlpack_bridge.c: the only file that touches DLPack capsules and the DLPack C exchange API.
+ *
+ * Imports any producer's array as an rc_tensor view (elements, strides in elements), in one of
+ * two ways: the exchange API of the argument's type (torch >= 2.10: ~0.1 us per tensor, no
+ * capsule, stream from current_work_stream), or `__dlpack__(stream=..., max_version=(1, 0))`
+ * with the spec's consumer duties (rename to used_*, call the deleter exactly once, check the
+ * major version). Outputs are allocated by the framework of an input (no allocator here).
+ */
+#include <string.h>
+
+#include "module.h"
+
+/* ---- dtypes and devices ------------------------------------------------------------------ */
+
+static const char *const dtype_names[RC_NUM_DTYPES] = {
+    "float32", "float64", "float16", "bfloat16", "int8",   "int16", "int32",
+    "int64",   "uint8",   "uint16",  "uint32",   "uint64", "bool"};
+
+const char *rc_dtype_name(rc_dtype dt) { return dtype_names[dt]; }
+
+static int dtype_from_dl(rc_dtype *out, DLDataType t) {
+    switch (t.code) {
+    case kDLFloat:
+        if (t.bits == 32) { *out = RC_F32; return 0; }
+        if (t.bits == 64) { *out = RC_F64; return 0; }
+        if (t.bits == 16) { *out = RC_F16; return 0; }
+        return -1;
+    case kDLBfloat:
+        if (t.bits == 16) { *out = RC_BF16; return 0; }
+        return -1;
+    case kDLInt:
+    case kDLUInt: {
+        int base = t.code == kDLInt ? RC_I8 : RC_U8;
+        switch (t.bits) {
+        case 8: *out = (rc_dtype)(base + 0); return 0;
+        case 16: *out = (rc_dtype)(base + 1); return 0;
+        case 32: *out = (rc_dtype)(base + 2); return 0;
+        case 64: *out = (rc_dtype)(base + 3); return 0;
+        }
+        return -1;
+    }
+    case kDLBool:
+        if (t.bits == 8) { *out = RC_BOOL; return 0; }
+        return -1;
+    }
+    return -1;
+}
+
+static DLDataType dtype_to_dl(rc_dtype dt) {
+    DLDataType t;
+    t.lanes = 1;
+    t.bits = (uint8_t)(8 * rc_dtype_size(dt));
+    if (dt == RC_BF16) t.code = kDLBfloat;
+    else if (rc_dtype_is_float(dt)) t.code = kDLFloat;
+    else if (dt == RC_BOOL) t.code = kDLBool;
+    else if (dt >= RC_U8) t.code = kDLUInt;
+    else t.code = kDLInt;
+    return t;
+}
+
+static const char *device_kind(int device_type) {
+    return device_type == RC_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+int rc_is_contiguous(const rc_tensor *v) {
+    int64_t expect = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] == 0) return 1;
+        if (v->shape[d] != 1 && v->strides[d] != expect) return 0;
+        expect *= v->shape[d];
+    }
+    return 1;
+}
+
+/* Fills *v from a DLTensor (copying shape/strides: the producer's arrays may not outlive it). */
+static int view_from_dl(rc_tensor *v, const DLTensor *dl, const char *name) {
+    if (dl->ndim < 0 || dl->ndim > RC_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: %d dimensions; robocache handles at most %d", name,
+                     (int)dl->ndim, RC_MAX_DIMS);
+        return -1;
+    }
+    if (dl->dtype.lanes != 1) {
+        PyErr_Format(PyExc_BufferError, "%s: vector dtypes (lanes=%d) are not supported", name,
+                     (int)dl->dtype.lanes);
+        return -1;
+    }
+    if (dtype_from_dl(&v->dtype, dl->dtype) != 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: unsupported dtype (DLPack type code %d, %d bits); expected a float, "
+                     "integer or bool dtype",
+                     name, (int)dl->dtype.code, (int)dl->dtype.bits);
+        return -1;
+    }
+    switch ((int)dl->device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: /* pinned host memory: the CPU kernels read it directly */
+        v->device_type = RC_DEVICE_CPU;
+        v->device_id = 0;
+        break;
+    case kDLCUDA:
+    case kDLCUDAManaged:
+        v->device_type = RC_DEVICE_CUDA;
+        v->device_id = dl->device.device_id;
+        break;
+    default:
+        PyErr_Format(PyExc_BufferError,
+                     "%s: arrays on DLPack device type %d are not supported (CPU and CUDA only)",
+                     name, (int)dl->device.device_type);
+        return -1;
+    }
+    v->ndim = dl->ndim;
+    int64_t expect = 1;
+    for (int d = dl->ndim - 1; d >= 0; d--) {
+        v->shape[d] = dl->shape[d];
+        v->strides[d] = dl->strides ? dl->strides[d] : expect;
+        expect *= dl->shape[d];
+    }
+    v->data = (char *)dl->data + dl->byte_offset;
+    return 0;
+}
+
+/* ---- the exchange API, looked up once per type ------------------------------------------- */
+
+static const DLPackExchangeAPI *exchange_api(rc_state *st, PyTypeObject *tp) {
+    for (int i = 0; i < st->n_apis; i++)
+        if (st->apis[i].type == tp) return st->apis[i].api;
+    const DLPackExchangeAPI *api = NULL;
+    PyObject *cap = PyObject_GetAttrString((PyObject *)tp, "__dlpack_c_exchange_api__");
+    if (cap && PyCapsule_IsValid(cap, "dlpack_exchange_api")) {
+        const DLPackExchangeAPIHeader *h =
+            (const DLPackExchangeAPIHeader *)PyCapsule_GetPointer(cap, "dlpack_exchange_api");
+        /* walk back to a 1.x table that has every function this file calls (1.2+) */
+        while (h && !(h->version.major == 1 && h->version.minor >= 2)) h = h->prev_api;
+        api = (const DLPackExchangeAPI *)h;
+    }
+    Py_XDECREF(cap); /* the table itself lives as long as the process (spec) */
+    PyErr_Clear();
+    if (st->n_apis < RC_API_CACHE) {
+        Py_INCREF(tp);
+        st->apis[st->n_apis].type = tp;
+        st->apis[st->n_apis].api = api;
+        st->n_apis++;
+    }
+    return api;
+}
+
+/* ---- call context ------------------------------------------------------------------------ */
+
+void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg) {
+    memset(c, 0, sizeof *c);
+    c->st = st;
+    c->stream_arg = (stream_arg == Py_None) ? NULL : stream_arg;
+}
+
+static int record(rc_call *c, PyObject *obj, void *managed, int versioned) {
+    if (c->n_imports == RC_MAX_IMPORTS) {
+        PyErr_SetString(PyExc_RuntimeError, "robocache: too many arrays in one call");
+        return -1;
+    }
+    rc_import *im = &c->imports[c->n_imports++];
+    Py_INCREF(obj);
+    im->obj = obj;
+    im->managed = managed;
+    im->versioned = versioned;
+    return 0;
+}
+
+void rc_call_release(rc_call *c) {
+    for (int i = c->n_imports - 1; i >= 0; i--) {
+        rc_import *im = &c->imports[i];
+        if (im->managed && im->versioned) {
+            DLManagedTensorVersioned *mt = (DLManagedTensorVersioned *)im->managed;
+            if (mt->deleter) mt->deleter(mt);
+        } else if (im->managed) {
+            DLManagedTensor *mt = (DLManagedTensor *)im->managed;
+            if (mt->deleter) mt->deleter(mt);
+        }
+        Py_XDECREF(im->obj);
+    }
+    c->n_imports = 0;
+}
+
+static PyObject *fallback(rc_state *st) {
+    if (!st->fallback) st->fallback = PyImport_ImportModule("robocache._fallback");
+    return st->fallback; /* borrowed */
+}
+
+/* A stream object or handle given as stream=: int, .cuda_stream (torch), .ptr (cupy), or the
+ * __cuda_stream__ protocol ((version, handle)). */
+static int parse_stream_arg(void **stream, PyObject *arg) {
+    PyObject *h = NULL;
+    if (PyLong_Check(arg)) {
+        h = arg;
+        Py_INCREF(h);
+    } else if (PyObject_HasAttrString(arg, "__cuda_stream__")) {
+        PyObject *t = PyObject_CallMethod(arg, "__cuda_stream__", NULL);
+        if (t && PyTuple_Check(t) && PyTuple_GET_SIZE(t) == 2) {
+            h = PyTuple_GET_ITEM(t, 1);
+            Py_INCREF(h);
+        }
+        Py_XDECREF(t);
+    } else if (PyObject_HasAttrString(arg, "cuda_stream")) {
+        h = PyObject_GetAttrString(arg, "cuda_stream");
+    } else if (PyObject_HasAttrString(arg, "ptr")) {
+        h = PyObject_GetAttrString(arg, "ptr");
+    }
+    if (!h || !PyLong_Check(h)) {
+        Py_XDECREF(h);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "stream: expected a CUDA stream handle (int) or a stream object "
+                     "(torch.cuda.Stream, cupy Stream), got %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return -1;
+    }
+    *stream = PyLong_AsVoidPtr(h);
+    Py_DECREF(h);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Resolves the call's stream for CUDA device `device_id`; `obj` is the array asking (used to
+ * pick the framework when it offers no exchange API). */
+static int resolve_stream(rc_call *c, int device_id, PyObject *obj) {
+    if (c->have_stream) return 0;
+    void *s = NULL;
+    if (c->stream_arg) {
+        if (parse_stream_arg(&s, c->stream_arg) != 0) return -1;
+    } else if (c->api && c->api->current_work_stream) {
+        if (c->api->current_work_stream(kDLCUDA, device_id, &s) != 0) return -1;
+    } else {
+        PyObject *fb = fallback(c->st);
+        if (!fb) return -1;
+        PyObject *h = PyObject_CallMethod(fb, "current_stream", "Oi", obj, device_id);
+        if (!h) return -1;
+        s = PyLong_AsVoidPtr(h);
+        Py_DECREF(h);
+        if (PyErr_Occurred()) return -1;
+    }
+    c->stream = s;
+    c->have_stream = 1;
+    return 0;
+}
+
+int rc_call_stream(rc_call *c, void **stream) {
+    if (!c->have_stream) {
+        PyObject *first = c->n_imports ? c->imports[0].obj : Py_None;
+        if (resolve_stream(c, c->device_id, first) != 0) return -1;
+    }
+    *stream = c->stream;
+    return 0;
+}
+
+/* Every array of a call must live on the device of the first one (values). */
+static int check_device(rc_call *c, const rc_tensor *v, const char *name) {
+    if (c->device_type == 0) {
+        c->device_type = v->device_type;
+        c->device_id = v->device_id;
+        return 0;
+    }
+    if (v->device_type != c->device_type || v->device_id != c->device_id) {
+        PyErr_Format(PyExc_ValueError, "%s is on %s:%d but values is on %s:%d", name,
+                     device_kind(v->device_type), v->device_id, device_kind(c->device_type),
+                     c->device_id);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- import through __dlpack__ ----------------------------------------------------------- */
+
+static int dlpack_device(int *type, int *id, PyObject *obj, const char *name) {
+    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!dev) return -1;
+    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2;
+    if (ok) {
+        *type = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+        *id = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+        ok = !PyErr_Occurred();
+    }
+    Py_DECREF(dev);
+    if (!ok) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_BufferError, "%s.__dlpack_device__() did not return (type, id)", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Calls obj.__dlpack__(stream=..., max_version=(1, 0)); an older producer that rejects
+ * max_version is asked again without it (it then returns a legacy capsule). */
+static PyObject *call_dlpack(PyObject *obj, PyObject *stream) {
+    PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+    if (!meth) return NULL;
+    PyObject *kw = PyDict_New(), *args = PyTuple_New(0), *cap = NULL;
+    if (!kw || !args) goto done;
+    if (stream && PyDict_SetItemString(kw, "stream", stream) != 0) goto done;
+    PyObject *ver = Py_BuildValue("(ii)", 1, 0);
+    if (!ver || PyDict_SetItemString(kw, "max_version", ver) != 0) {
+        Py_XDECREF(ver);
+        goto done;
+    }
+    Py_DECREF(ver);
+    cap = PyObject_Call(meth, args, kw);
+    if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyDict_DelItemString(kw, "max_version");
+        cap = PyObject_Call(meth, args, kw);
+    }
+done:
+    Py_XDECREF(kw);
+    Py_XDECREF(args);
+    Py_DECREF(meth);
+    return cap;
+}
+
+static int import_capsule(rc_call *c, rc_tensor *view, PyObject *obj, const char *name,
+                          int writable) {
+    int dev_type, dev_id;
+    if (dlpack_device(&dev_type, &dev_id, obj, name) != 0) return -1;
+    PyObject *stream = NULL;
+    if (dev_type == kDLCUDA || dev_type == kDLCUDAManaged) {
+        if (resolve_stream(c, dev_id, obj) != 0) return -1;
+        /* the spec reserves 0; the legacy default stream is 1 */
+        stream = c->stream ? PyLong_FromVoidPtr(c->stream) : PyLong_FromLong(1);
+        if (!stream) return -1;
+    }
+    PyObject *cap = call_dlpack(obj, stream);
+    Py_XDECREF(stream);
+    if (!cap) return -1;
+
+    int rc = -1;
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *mt =
+            (DLManagedTensorVersioned *)PyCapsule_GetPointer(cap, "dltensor_versioned");
+        /* Until renamed, the capsule's destructor still owns mt: every early exit frees it. */
+        if (mt->version.major != DLPACK_MAJOR_VERSION) {
+            PyErr_Format(PyExc_BufferError,
+                         "%s: DLPack version %u.%u is not supported (robocache reads 1.x)", name,
+                         (unsigned)mt->version.major, (unsigned)mt->version.minor);
+            goto done;
+        }
+        if (writable && (mt->flags & DLPACK_FLAG_BITMASK_READ_ONLY)) {
+            PyErr_Format(PyExc_ValueError, "%s is read-only; robocache writes into it", name);
+            goto done;
+        }
+        if (view_from_dl(view, &mt->dl_tensor, name) != 0) goto done;
+        if (PyCapsule_SetName(cap, "used_dltensor_versioned") != 0) goto done;
+        rc = record(c, obj, mt, 1);
+        if (rc != 0 && mt->deleter) mt->deleter(mt);
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *mt = (DLManagedTensor *)PyCapsule_GetPointer(cap, "dltensor");
+        if (view_from_dl(view, &mt->dl_tensor, name) != 0) goto done;
+        if (PyCapsule_SetName(cap, "used_dltensor") != 0) goto done;
+        rc = record(c, obj, mt, 0);
+        if (rc != 0 && mt->deleter) mt->deleter(mt);
+    } else {
+        PyErr_Format(PyExc_BufferError,
+                     "%s.__dlpack__() returned %.100s, not an unused DLPack capsule", name,
+                     Py_TYPE(cap)->tp_name);
+    }
+done:
+    Py_DECREF(cap);
+    return rc;
+}
+
+int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name, int writable) {
+    const DLPackExchangeAPI *api = exchange_api(c->st, Py_TYPE(obj));
+    if (api && api->dltensor_from_py_object_no_sync) {
+        DLTensor dl;
+        if (api->dltensor_from_py_object_no_sync(obj, &dl) != 0) return -1;
+        if (view_from_dl(view, &dl, name) != 0) return -1;
+        if (!c->api) c->api = api;
+        if (record(c, obj, NULL, 0) != 0) return -1;
+    } else if (PyObject_HasAttrString(obj, "__dlpack__")) {
+        if (import_capsule(c, view, obj, name, writable) != 0) return -1;
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected an array supporting DLPack (torch, numpy, cupy, jax), got "
+                     "%.100s",
+                     name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return check_device(c, view, name);
+}
+
+int rc_import_contiguous(rc_call *c, rc_tensor *view, PyObject *obj, const char *name) {
+    PyObject *fb = fallback(c->st);
+    if (!fb) return -1;
+    PyObject *copy = PyObject_CallMethod(fb, "contiguous", "O", obj);
+    if (!copy) return -1;
+    int rc = rc_import_array(c, view, copy, name, 0);
+    Py_DECREF(copy); /* the import record keeps it alive */
+    return rc;
+}
+
+/* ---- allocation --------------------------------------------------------------------------- */
+
+typedef struct {
+    int set;
+    char kind[64];
+    char message[256];
+} alloc_error;
+
+static void alloc_set_error(void *ctx, const char *kind, const char *message) {
+    alloc_error *e = (alloc_error *)ctx;
+    e->set = 1;
+    snprintf(e->kind, sizeof e->kind, "%s", kind ? kind : "Error");
+    snprintf(e->message, sizeof e->message, "%s", message ? message : "");
+}
+
+int rc_alloc_array(rc_call *c, PyObject **out_obj, rc_tensor *view, PyObject *like, int ndim,
+                   const int64_t *shape, rc_dtype dtype) {
+    *out_obj = NULL;
+    const DLPackExchangeAPI *api = exchange_api(c->st, Py_TYPE(like));
+    if (api && api->managed_tensor_allocator && api->managed_tensor_to_py_object_no_sync) {
+        DLTensor proto;
+        memset(&proto, 0, sizeof proto);
+        proto.device.device_type = c->device_type == RC_DEVICE_CUDA ? kDLCUDA : kDLCPU;
+        proto.device.device_id = c->device_type == RC_DEVICE_CUDA ? c->device_id : 0;
+        proto.ndim = ndim;
+        proto.dtype = dtype_to_dl(dtype);
+        proto.shape = (int64_t *)shape;
+        DLManagedTensorVersioned *mt = NULL;
+        alloc_error err = {0};
+        if (api->managed_tensor_allocator(&proto, &mt, &err, alloc_set_error) != 0 || !mt) {
+            if (!PyErr_Occurred())
+                PyErr_Format(strstr(err.kind, "Memory") ? PyExc_MemoryError : PyExc_RuntimeError,
+                             "could not allocate the output: %s: %s", err.kind, err.message);
+            return -1;
+        }
+        if (view_from_dl(view, &mt->dl_tensor, "out") != 0) {
+            if (mt->deleter) mt->deleter(mt);
+            return -1;
+        }
+        void *py = NULL;
+        if (api->managed_tensor_to_py_object_no_sync(mt, &py) != 0) return -1;
+        *out_obj = (PyObject *)py;
+        return 0;
+    }
+    PyObject *fb = fallback(c->st);
+    if (!fb) return -1;
+    PyObject *shp = PyTuple_New(ndim);
+    if (!shp) return -1;
+    for (int d = 0; d < ndim; d++) {
+        PyObject *n = PyLong_FromLongLong(shape[d]);
+        if (!n) {
+            Py_DECREF(shp);
+            return -1;
+        }
+        PyTuple_SET_ITEM(shp, d, n);
+    }
+    PyObject *arr = PyObject_CallMethod(fb, "empty", "OOs", like, shp, rc_dtype_name(dtype));
+    Py_DECREF(shp);
+    if (!arr) return -1;
+    if (rc_import_array(c, view, arr, "out", 1) != 0) {
+        Py_DECREF(arr);
+        return -1;
+    }
+    *out_obj = arr;
+    return 0;
+}
+
+/* ---- errors -------------------------------------------------------------------------------- */
+
+PyObject *rc_raise_status(rc_state *st, rc_status status) {
+    PyObject *type;
+    switch (status) {
+    case RC_ERR_VALUE: type = PyExc_ValueError; break;
+    case RC_ERR_TYPE: type = PyExc_TypeError; break;
+    case RC_ERR_NOMEM: type = PyExc_MemoryError; break;
+    default: type = st->CudaError; break;
+    }
+    PyErr_SetString(type, rc_last_error());
+    return NULL;
+}

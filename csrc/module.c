@@ -1,0 +1,170 @@
+/* module.c: robocache._C: module state, method table, build facts.
+ * The ops live in py_<op>.c; DLPack handling in dlpack_bridge.c. Multi-phase init (PEP 489),
+ * state in the module object, no globals besides the method table. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "module.h"
+
+#ifndef RC_VERSION
+#define RC_VERSION "0.0.0"
+#endif
+#ifndef RC_CUDA_ARCHS
+#define RC_CUDA_ARCHS ""
+#endif
+
+rc_state *rc_get_state(PyObject *module) { return (rc_state *)PyModule_GetState(module); }
+
+static int default_threads(void) {
+    const char *env = getenv("ROBOCACHE_NUM_THREADS");
+    if (env && atoi(env) > 0) return atoi(env);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+PyDoc_STRVAR(set_num_threads_doc,
+"set_num_threads(n)\n--\n\nThreads used by the CPU kernels (default: ROBOCACHE_NUM_THREADS or\n"
+"the number of online CPUs).");
+
+static PyObject *set_num_threads(PyObject *module, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 1 || n > 256) {
+        PyErr_Format(PyExc_ValueError, "n: expected 1..256 threads, got %ld", n);
+        return NULL;
+    }
+    rc_get_state(module)->num_threads = (int)n;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(get_num_threads_doc, "get_num_threads()\n--\n\nThreads used by the CPU kernels.");
+
+static PyObject *get_num_threads(PyObject *module, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromLong(rc_get_state(module)->num_threads);
+}
+
+PyDoc_STRVAR(build_info_doc,
+"_build_info()\n--\n\nBuild and runtime facts: version, whether CUDA was compiled in, the\n"
+"CUDA archs, runtime/driver versions and the devices the runtime sees.");
+
+static PyObject *build_info(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    PyObject *devices = PyList_New(0);
+    if (!devices) return NULL;
+    int cuda = 0, runtime = 0, driver = 0;
+    const char *device_error = "";
+#ifdef RC_WITH_CUDA
+    cuda = 1;
+    runtime = rc_cuda_runtime_version();
+    driver = rc_cuda_driver_version();
+    int count = 0;
+    if (rc_cuda_device_count(&count) != RC_OK) device_error = rc_last_error();
+    for (int i = 0; i < count; i++) {
+        char name[256];
+        int major = 0, minor = 0;
+        if (rc_cuda_device_name(name, (int)sizeof name, &major, &minor, i) != RC_OK) continue;
+        PyObject *d = Py_BuildValue("{s:i,s:s,s:(ii)}", "index", i, "name", name,
+                                    "capability", major, minor);
+        if (!d || PyList_Append(devices, d) != 0) {
+            Py_XDECREF(d);
+            Py_DECREF(devices);
+            return NULL;
+        }
+        Py_DECREF(d);
+    }
+#endif
+    PyObject *info = Py_BuildValue("{s:s,s:O,s:s,s:i,s:i,s:O,s:s}", "version", RC_VERSION,
+                                   "cuda", cuda ? Py_True : Py_False, "archs", RC_CUDA_ARCHS,
+                                   "cuda_runtime", runtime, "cuda_driver", driver, "devices",
+                                   devices, "device_error", device_error);
+    Py_DECREF(devices);
+    return info;
+}
+
+static PyMethodDef methods[] = {
+    {"resample", (PyCFunction)(void (*)(void))rc_py_resample, METH_FASTCALL | METH_KEYWORDS,
+     rc_resample_doc_text},
+    {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
+    {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
+    {"_build_info", build_info, METH_NOARGS, build_info_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int intern(PyObject **slot, const char *s) {
+    *slot = PyUnicode_InternFromString(s);
+    return *slot ? 0 : -1;
+}
+
+static int exec_module(PyObject *m) {
+    rc_state *st = rc_get_state(m);
+    st->num_threads = default_threads();
+    st->CudaError = PyErr_NewExceptionWithDoc(
+        "robocache.CudaError", "A CUDA runtime call failed, or CUDA is not available.",
+        PyExc_RuntimeError, NULL);
+    if (!st->CudaError || PyModule_AddObjectRef(m, "CudaError", st->CudaError) != 0) return -1;
+    if (intern(&st->kw_values, "values") || intern(&st->kw_times, "times") ||
+        intern(&st->kw_new_times, "new_times") || intern(&st->kw_mode, "mode") ||
+        intern(&st->kw_offsets, "offsets") || intern(&st->kw_index, "index") ||
+        intern(&st->kw_lengths, "lengths") || intern(&st->kw_out, "out") ||
+        intern(&st->kw_return_mask, "return_mask") || intern(&st->kw_tolerance, "tolerance") ||
+        intern(&st->kw_check, "check") || intern(&st->kw_stream, "stream"))
+        return -1;
+    static const char *const modes[5] = {"linear", "nearest", "previous", "next", "slerp"};
+    for (int i = 0; i < 5; i++)
+        if (intern(&st->mode_names[i], modes[i])) return -1;
+#ifdef RC_WITH_CUDA
+    if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
+#else
+    if (PyModule_AddIntConstant(m, "WITH_CUDA", 0) != 0) return -1;
+#endif
+    return PyModule_AddStringConstant(m, "__version__", RC_VERSION);
+}
+
+static int traverse(PyObject *m, visitproc visit, void *arg) {
+    rc_state *st = rc_get_state(m);
+    if (!st) return 0;
+    Py_VISIT(st->CudaError);
+    Py_VISIT(st->fallback);
+    for (int i = 0; i < st->n_apis; i++) Py_VISIT(st->apis[i].type);
+    return 0;
+}
+
+static int clear(PyObject *m) {
+    rc_state *st = rc_get_state(m);
+    if (!st) return 0;
+    Py_CLEAR(st->CudaError);
+    Py_CLEAR(st->fallback);
+    for (int i = 0; i < st->n_apis; i++) Py_CLEAR(st->apis[i].type);
+    st->n_apis = 0;
+    Py_CLEAR(st->kw_values);
+    Py_CLEAR(st->kw_times);
+    Py_CLEAR(st->kw_new_times);
+    Py_CLEAR(st->kw_mode);
+    Py_CLEAR(st->kw_offsets);
+    Py_CLEAR(st->kw_index);
+    Py_CLEAR(st->kw_lengths);
+    Py_CLEAR(st->kw_out);
+    Py_CLEAR(st->kw_return_mask);
+    Py_CLEAR(st->kw_tolerance);
+    Py_CLEAR(st->kw_check);
+    Py_CLEAR(st->kw_stream);
+    for (int i = 0; i < 5; i++) Py_CLEAR(st->mode_names[i]);
+    return 0;
+}
+
+static void free_module(void *m) { clear((PyObject *)m); }
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+    {0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "robocache._C",
+    "robocache's compiled core: DLPack bridge, CPU kernels and CUDA launchers.",
+    sizeof(rc_state), methods, slots, traverse, clear, free_module,
+};
+
+PyMODINIT_FUNC PyInit__C(void) { return PyModuleDef_Init(&moduledef); }

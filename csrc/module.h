@@ -1,0 +1,84 @@
+/* module.h: what the CPython glue files share: module state, the per-call import context
+ * (dlpack_bridge.c) and the error conversion. Kernel code never includes this. */
+#ifndef RC_MODULE_H
+#define RC_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "dlpack.h"
+#include "robocache.h"
+
+#define RC_API_CACHE 16   /* distinct array types remembered (torch.Tensor, Parameter, ...) */
+#define RC_MAX_IMPORTS 16 /* arrays one call may import or allocate */
+
+typedef struct {
+    PyTypeObject *type;            /* strong ref */
+    const DLPackExchangeAPI *api;  /* NULL: the type has no usable exchange API */
+} rc_api_entry;
+
+typedef struct {
+    PyObject *CudaError;           /* robocache.CudaError */
+    PyObject *fallback;            /* robocache._fallback, imported on first need */
+    rc_api_entry apis[RC_API_CACHE];
+    int n_apis;
+    int num_threads;
+    /* interned keyword names, compared by pointer first */
+    PyObject *kw_values, *kw_times, *kw_new_times, *kw_mode, *kw_offsets, *kw_index,
+        *kw_lengths, *kw_out, *kw_return_mask, *kw_tolerance, *kw_check, *kw_stream;
+    PyObject *mode_names[5];       /* indexed by rc_mode */
+} rc_state;
+
+/* One imported (or allocated) array, released at the end of the call. */
+typedef struct {
+    PyObject *obj;      /* new ref: keeps the array (or its contiguous copy) alive */
+    void *managed;      /* DLManagedTensor[Versioned]* whose deleter we owe, or NULL */
+    int versioned;
+} rc_import;
+
+typedef struct {
+    rc_state *st;
+    PyObject *stream_arg;          /* borrowed: stream= as given, or NULL */
+    int device_type, device_id;    /* of the first array imported; device_type 0 = none yet */
+    int have_stream;
+    void *stream;                  /* resolved cudaStream_t for CUDA calls */
+    const DLPackExchangeAPI *api;  /* exchange API of the first array, if any */
+    rc_import imports[RC_MAX_IMPORTS];
+    int n_imports;
+} rc_call;
+
+rc_state *rc_get_state(PyObject *module);
+
+/* the ops (py_<op>.c) */
+PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
+extern const char rc_resample_doc_text[];
+
+void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg);
+void rc_call_release(rc_call *c);
+
+/* Imports obj (any DLPack producer) as a view valid until rc_call_release. `name` is the
+ * argument name used in error messages. writable: reject read-only arrays (for out=).
+ * Returns 0, or -1 with an exception set. */
+int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name, int writable);
+
+/* Allocates a C-contiguous array in the framework and on the device of `like` (an argument
+ * already imported): through the exchange API's allocator when the type offers it, else
+ * robocache._fallback.empty. *out_obj is a new reference. Returns 0 or -1. */
+int rc_alloc_array(rc_call *c, PyObject **out_obj, rc_tensor *view, PyObject *like, int ndim,
+                   const int64_t *shape, rc_dtype dtype);
+
+/* A contiguous copy of obj made by its own framework (robocache._fallback.contiguous), imported
+ * in place of obj. Used once when trailing dims cannot be flattened into one stride. */
+int rc_import_contiguous(rc_call *c, rc_tensor *view, PyObject *obj, const char *name);
+
+/* The CUDA stream of this call (explicit stream=, else the framework's current stream). */
+int rc_call_stream(rc_call *c, void **stream);
+
+/* Raises the exception for a failed rc_status (message from rc_last_error). Returns NULL. */
+PyObject *rc_raise_status(rc_state *st, rc_status status);
+
+const char *rc_dtype_name(rc_dtype dt);
+int rc_is_contiguous(const rc_tensor *v);
+
+#endif /* RC_MODULE_H */

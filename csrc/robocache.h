@@ -1,0 +1,142 @@
+/* robocache.h: the kernel ABI shared by the CPython glue (csrc/), the CPU kernels (csrc/cpu/)
+ * and the CUDA launchers (cuda/).
+ *
+ * Kernels see only plain views: pointers, element strides and sizes, already validated by the
+ * glue (py_<op>.c). Every entry point returns rc_status; on failure the message is in a
+ * thread-local buffer (rc_last_error). Nothing here prints, exits or allocates device memory.
+ * Exported names: rc_<op>_<device>; argument order: outputs, inputs, sizes/options, stream.
+ */
+#ifndef ROBOCACHE_H
+#define ROBOCACHE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    RC_OK = 0,
+    RC_ERR_VALUE = 1,       /* bad argument content: ValueError */
+    RC_ERR_TYPE = 2,        /* bad dtype: TypeError */
+    RC_ERR_CUDA = 3,        /* a CUDA runtime call failed: robocache.CudaError */
+    RC_ERR_NOMEM = 4,       /* host allocation failed: MemoryError */
+    RC_ERR_UNSUPPORTED = 5, /* built without CUDA, or no device: robocache.CudaError */
+} rc_status;
+
+/* Element types. Sizes in bytes: rc_dtype_size(). */
+typedef enum {
+    RC_F32 = 0, RC_F64, RC_F16, RC_BF16,
+    RC_I8, RC_I16, RC_I32, RC_I64,
+    RC_U8, RC_U16, RC_U32, RC_U64,
+    RC_BOOL,
+    RC_NUM_DTYPES
+} rc_dtype;
+
+static inline int rc_dtype_size(rc_dtype t) {
+    static const int8_t size[RC_NUM_DTYPES] = {4, 8, 2, 2, 1, 2, 4, 8, 1, 2, 4, 8, 1};
+    return size[t];
+}
+static inline int rc_dtype_is_float(rc_dtype t) { return t <= RC_BF16; }
+
+#define RC_MAX_DIMS 8
+
+/* Device kinds of rc_tensor.device_type (same numbers as DLPack's DLDeviceType). */
+#define RC_DEVICE_CPU 1
+#define RC_DEVICE_CUDA 2
+
+/* A strided view of someone else's memory. */
+typedef struct {
+    void *data;                   /* first element (DLPack byte_offset already applied) */
+    int64_t shape[RC_MAX_DIMS];
+    int64_t strides[RC_MAX_DIMS]; /* in elements, never NULL-equivalent: filled for compact */
+    int32_t ndim;
+    rc_dtype dtype;
+    int32_t device_type;          /* RC_DEVICE_CPU (also pinned host) or RC_DEVICE_CUDA */
+    int32_t device_id;
+} rc_tensor;
+
+/* ---- errors: thread-local last message ------------------------------------------------ */
+rc_status rc_fail(rc_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+const char *rc_last_error(void);
+
+/* ---- resample ------------------------------------------------------------------------- */
+
+typedef enum { RC_LINEAR = 0, RC_NEAREST, RC_PREVIOUS, RC_NEXT, RC_SLERP } rc_mode;
+
+/* Output row b reads one time series: dense row b (its first lengths[b] samples, or all S),
+ * or ragged episode index[b] = samples [offsets[e], offsets[e+1]) of values/times. Features
+ * (trailing dims of values, flattened) are D; slerp treats them as D/4 quaternions x,y,z,w. */
+typedef struct {
+    /* outputs */
+    void *out;                 /* [B, T, D] C-contiguous, dtype values_dtype */
+    uint8_t *is_pad;           /* [B, T] C-contiguous bool, or NULL */
+    /* inputs (strides in elements) */
+    const void *values;        /* dense [B, S, D], ragged [N, D] */
+    int64_t values_stride_b, values_stride_s, values_stride_d; /* stride_b unused when ragged */
+    const void *times;         /* dense [B, S], ragged [N] */
+    int64_t times_stride_b, times_stride_s;
+    const void *new_times;     /* [B, T], same dtype as times */
+    int64_t new_times_stride_b, new_times_stride_t;
+    const int64_t *offsets;    /* ragged: [E + 1]; NULL when dense */
+    int64_t offsets_stride;
+    const int64_t *index;      /* ragged: [B] episode per output row */
+    int64_t index_stride;
+    const int64_t *lengths;    /* dense: [B] valid samples per row, or NULL for all S */
+    int64_t lengths_stride;
+    /* sizes and options */
+    int64_t batch;             /* B */
+    int64_t samples;           /* dense: S per row; ragged: N in total */
+    int64_t targets;           /* T */
+    int64_t features;          /* D */
+    int64_t episodes;          /* ragged: E */
+    rc_dtype values_dtype;
+    rc_dtype times_dtype;      /* RC_F32, RC_F64 or RC_I64 (nanoseconds) */
+    rc_mode mode;
+    double tolerance;          /* is_pad margin in units of times (the glue scales ns) */
+} rc_resample_args;
+
+/* What the content check found: kind 0 = nothing wrong. */
+typedef enum {
+    RC_CHECK_OK = 0,
+    RC_CHECK_TIMES_UNSORTED = 1, /* row, i: times[i] < times[i-1] */
+    RC_CHECK_TIMES_NONFINITE = 2,/* row, i */
+    RC_CHECK_OFFSETS = 3,        /* e: offsets[0] != 0, decreasing at e, or offsets[E] != N */
+    RC_CHECK_INDEX = 4,          /* row: index[row] outside [0, E) */
+    RC_CHECK_LENGTHS = 5,        /* row: lengths[row] outside [0, S] */
+} rc_check_kind;
+
+typedef struct {
+    int64_t kind; /* rc_check_kind */
+    int64_t row;  /* output row, or episode for offsets */
+    int64_t i;    /* sample index within the row/episode */
+} rc_check_result;
+
+/* CPU: runs on `num_threads` threads (1 = the calling thread only). */
+rc_status rc_resample_cpu(const rc_resample_args *args, int num_threads);
+/* Content validation on the CPU; fills *result (kind 0 when valid). Ragged: only the episodes
+ * referenced by index are scanned. */
+rc_status rc_resample_check_cpu(rc_check_result *result, const rc_resample_args *args);
+
+/* CUDA (defined in cuda/resample.cu; absent from CPU-only builds). `stream` is a cudaStream_t
+ * owned by the caller; `device` is made current for the call and restored. No host sync. */
+rc_status rc_resample_cuda(const rc_resample_args *args, int device, void *stream);
+/* Device-side content validation. `scratch` is 3 int64 of device memory owned by the caller.
+ * Syncs `stream` to read the verdict into *result: only used when the caller asked (check=True). */
+rc_status rc_resample_check_cuda(rc_check_result *result, int64_t *scratch,
+                                 const rc_resample_args *args, int device, void *stream);
+
+/* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
+rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 0 */
+rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);
+int rc_cuda_runtime_version(void);
+int rc_cuda_driver_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ROBOCACHE_H */

@@ -1,0 +1,40 @@
+/* cuda/runtime.cu: facts about the CUDA runtime and devices, for `python -m robocache info`
+ * and robocache.build_info(). No kernels. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "../csrc/robocache.h"
+#include "cuda_util.cuh"
+
+extern "C" rc_status rc_cuda_device_count(int *count) {
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) { /* a CPU machine */
+        *count = 0;
+        return RC_OK;
+    }
+    if (e != cudaSuccess) *count = 0;
+    return RC_CUDA_CHECK(e, "cudaGetDeviceCount");
+}
+
+extern "C" rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor,
+                                         int device) {
+    cudaDeviceProp p;
+    rc_status st = RC_CUDA_CHECK(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    if (st != RC_OK) return st;
+    snprintf(name, (size_t)name_len, "%s", p.name);
+    *major = p.major;
+    *minor = p.minor;
+    return RC_OK;
+}
+
+extern "C" int rc_cuda_runtime_version(void) {
+    int v = 0;
+    cudaRuntimeGetVersion(&v);
+    return v;
+}
+
+extern "C" int rc_cuda_driver_version(void) {
+    int v = 0;
+    cudaDriverGetVersion(&v);
+    return v;
+}

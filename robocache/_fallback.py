@@ -1,0 +1,65 @@
+"""Slow-path helpers the C extension calls for arrays whose type offers no DLPack C exchange
+API (numpy, cupy, ...): allocate an output in the caller's framework, make a contiguous copy,
+and find the framework's current CUDA stream. torch tensors never come here."""
+import sys
+
+import numpy as np
+
+
+def _framework(obj) -> str:
+    return type(obj).__module__.split(".")[0]
+
+
+def _numpy_dtype(name: str):
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError("bfloat16 numpy arrays need the ml_dtypes package") from None
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+def empty(like, shape: tuple, dtype: str):
+    """An uninitialized C-contiguous array shaped `shape` in the framework/device of `like`."""
+    fw = _framework(like)
+    if fw == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    if fw == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=_numpy_dtype(dtype))
+    if fw in ("jax", "jaxlib"):
+        raise TypeError("jax arrays are immutable: robocache cannot write its output into one; "
+                        "pass numpy/torch/cupy arrays (jax.dlpack interop is zero-copy)")
+    return np.empty(shape, dtype=_numpy_dtype(dtype))
+
+
+def contiguous(obj):
+    """A C-contiguous copy made by obj's own framework."""
+    fw = _framework(obj)
+    if fw == "torch":
+        return obj.contiguous()
+    if fw == "cupy":
+        import cupy
+
+        return cupy.ascontiguousarray(obj)
+    return np.ascontiguousarray(np.from_dlpack(obj))
+
+
+def current_stream(obj, device_id: int) -> int:
+    """The current CUDA stream handle of obj's framework on device_id (0: legacy default)."""
+    fw = _framework(obj)
+    if fw == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(device_id):
+            return cupy.cuda.get_current_stream().ptr
+    if "torch" in sys.modules:
+        import torch
+
+        return torch.cuda.current_stream(device_id).cuda_stream
+    return 0

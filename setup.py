@@ -1,0 +1,110 @@
+"""Build of robocache._C: C11 sources with the C compiler, cuda/*.cu with nvcc when present.
+
+ROBOCACHE_CUDA=0 forces a CPU-only build, =1 requires CUDA (error if nvcc is missing); unset:
+CUDA when nvcc is found (CUDA_HOME, PATH, /usr/local/cuda). ROBOCACHE_CUDA_ARCHS="80;90"
+overrides the compute capabilities (cubins for each, PTX for the newest).
+ROBOCACHE_SANITIZE=1 builds the C sources with ASan + UBSan.
+"""
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+DEFAULT_ARCHS = "80;86;89;90"
+
+
+def find_nvcc():
+    mode = os.environ.get("ROBOCACHE_CUDA", "").strip()
+    if mode == "0":
+        return None
+    candidates = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
+    if shutil.which("nvcc"):
+        candidates.append(Path(shutil.which("nvcc")))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    for nvcc in candidates:
+        if nvcc.exists():
+            return nvcc.resolve()
+    if mode == "1":
+        raise RuntimeError("ROBOCACHE_CUDA=1 but nvcc was not found (set CUDA_HOME or PATH)")
+    return None
+
+
+def cuda_lib_dir(cuda_home):
+    for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+        if (cuda_home / sub / "libcudart_static.a").exists():
+            return cuda_home / sub
+    raise RuntimeError(f"libcudart_static.a not found under {cuda_home}")
+
+
+def gencode_flags(archs):
+    flags = []
+    for a in archs:
+        flags += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+    newest = max(archs, key=int)  # PTX too, so newer GPUs can JIT it
+    return flags + ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        nvcc = find_nvcc()
+        ext = self.extensions[0]
+        sanitize = os.environ.get("ROBOCACHE_SANITIZE") == "1"
+        if sanitize:
+            ext.extra_compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
+            ext.extra_link_args += ["-fsanitize=address,undefined"]
+        if nvcc is not None:
+            archs = [a.strip() for a in os.environ.get("ROBOCACHE_CUDA_ARCHS", DEFAULT_ARCHS).replace(",", ";").split(";") if a.strip()]
+            cuda_home = nvcc.parent.parent
+            objects = self.compile_cuda(nvcc, archs)
+            ext.extra_objects += objects + [str(cuda_lib_dir(cuda_home) / "libcudart_static.a")]
+            ext.extra_link_args += ["-lstdc++", "-lrt", "-ldl", "-lpthread"]
+            ext.define_macros += [("RC_WITH_CUDA", "1"), ("RC_CUDA_ARCHS", f'"{";".join(archs)}"')]
+            print(f"robocache: CUDA build with {nvcc} for sm_{', sm_'.join(archs)}")
+        else:
+            print("robocache: CPU-only build (no nvcc, or ROBOCACHE_CUDA=0)")
+        super().build_extensions()
+
+    def compile_cuda(self, nvcc, archs):
+        out_dir = Path(self.build_temp) / "cuda"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        sources = sorted((ROOT / "cuda").glob("*.cu"))
+        flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
+                 "-I", str(ROOT / "csrc"), *gencode_flags(archs)]
+
+        def one(src):
+            obj = out_dir / (src.stem + ".o")
+            cmd = [str(nvcc), *flags, "-c", str(src), "-o", str(obj)]
+            print(" ".join(cmd))
+            subprocess.run(cmd, check=True)
+            return str(obj)
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            return list(pool.map(one, sources))
+
+
+c_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.c"))
+setup(
+    version=VERSION,
+    ext_modules=[
+        Extension(
+            "robocache._C",
+            sources=c_sources,
+            include_dirs=["csrc"],
+            define_macros=[("RC_VERSION", f'"{VERSION}"')],
+            extra_compile_args=["-std=c11", "-O3", "-ffp-contract=off", "-fvisibility=hidden",
+                                "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+            extra_link_args=["-lpthread"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExt},
+)

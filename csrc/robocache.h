@@ -33,11 +33,15 @@ typedef enum {
     RC_NUM_DTYPES
 } rc_dtype;
 
-static inline int rc_dtype_size(rc_dtype t) {
-    static const int8_t size[RC_NUM_DTYPES] = {4, 8, 2, 2, 1, 2, 4, 8, 1, 2, 4, 8, 1};
-    return size[t];
-}
-static inline int rc_dtype_is_float(rc_dtype t) { return t <= RC_BF16; }
+#ifdef __CUDACC__
+#define RC_INLINE __host__ __device__ static inline
+#else
+#define RC_INLINE static inline
+#endif
+
+/* Bytes per element, one nibble per dtype (callable from kernels: no tables). */
+RC_INLINE int rc_dtype_size(rc_dtype t) { return (int)((0x1842184212284ull >> (4 * t)) & 0xf); }
+RC_INLINE int rc_dtype_is_float(rc_dtype t) { return t <= RC_BF16; }
 
 #define RC_MAX_DIMS 8
 

@@ -1,0 +1,25 @@
+"""Type stubs for robocache._C, the compiled core."""
+from typing import Any, Literal, overload
+
+__version__: str
+WITH_CUDA: int
+
+class CudaError(RuntimeError): ...
+
+Mode = Literal["linear", "nearest", "previous", "next", "slerp"]
+
+@overload
+def resample(values: Any, times: Any, new_times: Any, *, mode: Mode = "linear",
+             offsets: Any | None = None, index: Any | None = None, lengths: Any | None = None,
+             out: Any | None = None, return_mask: Literal[False] = False,
+             tolerance: float = 1e-4, check: bool | None = None,
+             stream: Any | None = None) -> Any: ...
+@overload
+def resample(values: Any, times: Any, new_times: Any, *, mode: Mode = "linear",
+             offsets: Any | None = None, index: Any | None = None, lengths: Any | None = None,
+             out: Any | None = None, return_mask: Literal[True],
+             tolerance: float = 1e-4, check: bool | None = None,
+             stream: Any | None = None) -> tuple[Any, Any]: ...
+def set_num_threads(n: int, /) -> None: ...
+def get_num_threads() -> int: ...
+def _build_info() -> dict[str, Any]: ...

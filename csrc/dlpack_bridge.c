@@ -63,9 +63,10 @@ static const char *device_kind(int device_type) {
 }
 
 int rc_is_contiguous(const rc_tensor *v) {
+    for (int d = 0; d < v->ndim; d++)
+        if (v->shape[d] == 0) return 1; /* empty: any strides will do (numpy reports 0s) */
     int64_t expect = 1;
     for (int d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] == 0) return 1;
         if (v->shape[d] != 1 && v->strides[d] != expect) return 0;
         expect *= v->shape[d];
     }

@@ -327,7 +327,19 @@ static int import_capsule(rc_call *c, rc_tensor *view, PyObject *obj, const char
     }
     PyObject *cap = call_dlpack(obj, stream);
     Py_XDECREF(stream);
-    if (!cap) return -1;
+    if (!cap) {
+        /* the producer's message rarely says which argument it was about */
+        if (PyErr_ExceptionMatches(PyExc_BufferError)) {
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_Format(PyExc_BufferError, "%s: cannot be exported through DLPack: %S", name,
+                         value ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+        }
+        return -1;
+    }
 
     int rc = -1;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {

@@ -37,8 +37,8 @@ const char rc_resample_doc_text[] =
 "tolerance : float\n"
 "    Seconds (scaled to ns for int64 times).\n"
 "check : bool or None\n"
-"    Validate content (sorted finite times, offsets, index, lengths). None: on CPU only,\n"
-"    since on the GPU it costs a host sync.\n"
+"    GPU only: also validate content (sorted finite times, offsets, index, lengths), at\n"
+"    the cost of a host sync. CPU inputs are always validated.\n"
 "stream : int or stream object, optional\n"
 "    CUDA stream to run on; default: the framework's current stream.\n"
 "\n"
@@ -98,9 +98,13 @@ static int parse_mode(rc_state *st, rc_mode *mode, PyObject *obj) {
     if (!obj) return 0;
     for (int m = 0; m < 5; m++)
         if (obj == st->mode_names[m]) { *mode = (rc_mode)m; return 0; }
-    if (PyUnicode_Check(obj))
-        for (int m = 0; m < 5; m++)
-            if (PyUnicode_Compare(obj, st->mode_names[m]) == 0) { *mode = (rc_mode)m; return 0; }
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "mode: expected a str such as 'linear', got %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    for (int m = 0; m < 5; m++)
+        if (PyUnicode_Compare(obj, st->mode_names[m]) == 0) { *mode = (rc_mode)m; return 0; }
     PyErr_Format(PyExc_ValueError,
                  "mode: expected 'linear', 'nearest', 'previous', 'next' or 'slerp', got %R", obj);
     return -1;
@@ -422,8 +426,11 @@ PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
 
     /* ---- content check and dispatch ---- */
+    /* content is always checked on the CPU (cheap next to the work); on the GPU only when
+     * asked, since reading the verdict back is a host sync */
     const int on_cuda = call.device_type == RC_DEVICE_CUDA;
-    if (parse_flag(&check, a_[A_CHECK], !on_cuda) != 0) goto fail;
+    if (parse_flag(&check, a_[A_CHECK], 0) != 0) goto fail;
+    check = check || !on_cuda;
     rc_status status = RC_OK;
     rc_check_result verdict = {0, 0, 0};
     if (!on_cuda) {

@@ -134,6 +134,64 @@ rc_status rc_resample_cuda(const rc_resample_args *args, int device, void *strea
 rc_status rc_resample_check_cuda(rc_check_result *result, int64_t *scratch,
                                  const rc_resample_args *args, int device, void *stream);
 
+/* ---- voxelize ------------------------------------------------------------------------- */
+
+typedef enum { RC_VOX_OCCUPANCY = 0, RC_VOX_COUNT, RC_VOX_SUM, RC_VOX_MEAN, RC_VOX_MAX } rc_vox_mode;
+
+/* Cloud b is points [r0, r1) of `points` (dense: r0 = 0, r1 = lengths[b] or N, addressed
+ * b * stride_b + r * stride_n; ragged: offsets[b], offsets[b+1], stride_b = 0). Its slot index
+ * (workspace rows) is b * N + r when dense, r when ragged. Voxel of a point:
+ * i = floor(((double)p - origin) / voxel_size) per axis in float64, kept when 0 <= i < grid
+ * on all three axes; V = X * Y * Z and v = (ix * Y + iy) * Z + iz. Semantics: docs/voxelize.md. */
+typedef struct {
+    /* outputs */
+    void *out;                 /* [B, X, Y, Z] (occupancy, count) or [B, F, X, Y, Z] (sum, mean,
+                                  max), C-contiguous, dtype out_dtype; overwritten entirely */
+    int64_t *dropped;          /* [B] points of cloud b out of the grid or non-finite, or NULL */
+    void *workspace;           /* rc_voxelize_workspace_size() bytes on the device of out, 8-byte
+                                  aligned, contents undefined on entry (the kernels zero it) */
+    /* inputs (strides in elements) */
+    const void *points;        /* dense [B, N, 3], ragged [P, 3] */
+    int64_t points_stride_b, points_stride_n, points_stride_c;
+    const void *features;      /* dense [B, N, F], ragged [P, F]; NULL for occupancy/count */
+    int64_t features_stride_b, features_stride_n, features_stride_c;
+    const int64_t *lengths;    /* dense: [B] valid points per cloud, or NULL for all N */
+    int64_t lengths_stride;
+    const int64_t *offsets;    /* ragged: [B + 1]; NULL when dense */
+    int64_t offsets_stride;
+    /* sizes and options */
+    int64_t batch;             /* B */
+    int64_t points_per_cloud;  /* dense: N; ragged: P (rows of points) */
+    int64_t channels;          /* F (0 for occupancy/count) */
+    int64_t grid[3];           /* X, Y, Z, each >= 1 */
+    double voxel_size[3];      /* > 0, finite */
+    double origin[3];          /* finite */
+    rc_dtype points_dtype;     /* RC_F32, RC_F64, RC_F16, RC_BF16 */
+    rc_dtype features_dtype;   /* same set */
+    rc_dtype out_dtype;        /* occupancy: F32/F64/F16/BF16/U8/BOOL; count: I32/I64;
+                                  sum/mean/max: F32/F64 */
+    rc_vox_mode mode;
+    int32_t deterministic;     /* 1: sum/mean in 64-bit fixed point (bitwise reproducible) */
+    int32_t sync;              /* CUDA: wait for the stream before returning (the workspace's
+                                  allocator does not order its reuse on this stream) */
+} rc_voxelize_args;
+
+/* Bytes of workspace the call needs (0 for occupancy and count). */
+int64_t rc_voxelize_workspace_size(const rc_voxelize_args *args);
+
+/* CPU: runs on `num_threads` threads; the result does not depend on the thread count. */
+rc_status rc_voxelize_cpu(const rc_voxelize_args *args, int num_threads);
+/* Content validation on the CPU: offsets from 0, non-decreasing, ending at P (kind
+ * RC_CHECK_OFFSETS, row = position); lengths in [0, N] (RC_CHECK_LENGTHS, row = cloud). */
+rc_status rc_voxelize_check_cpu(rc_check_result *result, const rc_voxelize_args *args);
+
+/* CUDA (cuda/voxelize.cu; absent from CPU-only builds). Zeroes out (and dropped) on `stream`
+ * then scatters; no host sync unless args->sync. */
+rc_status rc_voxelize_cuda(const rc_voxelize_args *args, int device, void *stream);
+/* Copies lengths/offsets to the host and runs rc_voxelize_check_cpu: syncs `stream`. */
+rc_status rc_voxelize_check_cuda(rc_check_result *result, const rc_voxelize_args *args,
+                                 int device, void *stream);
+
 /* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
 rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 0 */
 rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);

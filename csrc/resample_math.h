@@ -75,18 +75,31 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
 
 /* ---- search ----------------------------------------------------------------------------- */
 
-/* Writes loc for target x over times t[0..n-1] (stride st). One binary search per target:
- * j = last sample with t[j] <= x, so duplicates resolve to the later sample and t[j] < t[j+1]. */
+/* Writes loc for target x over times t[0..n-1] (stride st): j = the last sample with
+ * t[j] <= x, so duplicates resolve to the later sample and t[j] < t[j+1].
+ * `hint` (CPU, may be NULL): the previous target's j in this row. Targets of a window are
+ * usually sorted, so galloping forward from it costs O(log gap) instead of O(log n); j is the
+ * same either way. */
 #define RC_DEFINE_LOCATE(NAME, T, SUB_TO_DOUBLE)                                             \
     RC_HD void NAME(rc_locate *loc, const T *t, int64_t st, int64_t n, T x, rc_mode mode,      \
-                    double tol) {                                                              \
+                    double tol, int64_t *hint) {                                               \
         if (n <= 0) { loc->i0 = loc->i1 = -1; loc->w = 0.0; loc->pad = 1; return; }           \
-        int64_t lo = 0, hi = n;                                                                \
+        int64_t lo = 0, hi = n; /* answer (first t > x) is in [lo, hi] */                      \
+        if (hint && *hint >= 0 && *hint < n && t[*hint * st] <= x) {                           \
+            lo = *hint + 1;                                                                    \
+            int64_t step = 1;                                                                  \
+            while (lo + step - 1 < n && t[(lo + step - 1) * st] <= x) {                        \
+                lo += step;                                                                    \
+                step <<= 1;                                                                    \
+            }                                                                                  \
+            hi = lo + step - 1 < n ? lo + step - 1 : n;                                        \
+        }                                                                                      \
         while (lo < hi) {                                                                      \
             int64_t mid = lo + ((hi - lo) >> 1);                                               \
             if (t[mid * st] <= x) lo = mid + 1; else hi = mid;                                 \
         }                                                                                      \
         int64_t j = lo - 1;                                                                    \
+        if (hint) *hint = j;                                                                   \
         T t0 = t[0], tl = t[(n - 1) * st];                                                     \
         /* written so a NaN target fails both tests and counts as padding */                   \
         loc->pad = !((x >= t0 || SUB_TO_DOUBLE(t0, x) <= tol) &&                               \
@@ -120,13 +133,13 @@ RC_DEFINE_LOCATE(rc_locate_i64, int64_t, RC_SUB_I64)
 
 /* Dispatch on the times dtype; pointers are to the row's first sample / the target. */
 RC_HD void rc_locate_any(rc_locate *loc, rc_dtype tdt, const void *t, int64_t st, int64_t n,
-                         const void *x, rc_mode mode, double tol) {
+                         const void *x, rc_mode mode, double tol, int64_t *hint) {
     if (tdt == RC_F64)
-        rc_locate_f64(loc, (const double *)t, st, n, *(const double *)x, mode, tol);
+        rc_locate_f64(loc, (const double *)t, st, n, *(const double *)x, mode, tol, hint);
     else if (tdt == RC_F32)
-        rc_locate_f32(loc, (const float *)t, st, n, *(const float *)x, mode, tol);
+        rc_locate_f32(loc, (const float *)t, st, n, *(const float *)x, mode, tol, hint);
     else
-        rc_locate_i64(loc, (const int64_t *)t, st, n, *(const int64_t *)x, mode, tol);
+        rc_locate_i64(loc, (const int64_t *)t, st, n, *(const int64_t *)x, mode, tol, hint);
 }
 
 /* Row b's series: element offsets of its first sample in values (*v0) and times (*t0), and its

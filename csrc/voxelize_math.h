@@ -103,10 +103,10 @@ RC_HD int rc_vox_shift(uint64_t kept, uint64_t maxabs_bits) {
 
 /* Flag bits of a non-finite value; 0 for finite ones. */
 RC_HD uint32_t rc_vox_special(double f) {
-    if (f != f) return RC_VOX_NAN;
-    if (f == (double)INFINITY) return RC_VOX_POS_INF;
-    if (f == -(double)INFINITY) return RC_VOX_NEG_INF;
-    return 0;
+    uint64_t u = rc_vox_f64_bits(f);
+    if ((u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull) return 0;
+    if (u & 0x000fffffffffffffull) return RC_VOX_NAN;
+    return (u >> 63) ? RC_VOX_NEG_INF : RC_VOX_POS_INF;
 }
 
 RC_HD int64_t rc_vox_to_fixed(double f, int shift) {
@@ -121,8 +121,10 @@ RC_HD int64_t rc_vox_to_fixed(double f, int shift) {
  * double; the caller rounds once to the output dtype. */
 RC_HD double rc_vox_fixed_result(int64_t q, uint32_t flags, int shift, uint32_t count, int mean) {
     if (flags) {
-        if ((flags & RC_VOX_NAN) || flags == (RC_VOX_POS_INF | RC_VOX_NEG_INF)) return (double)NAN;
-        return (flags & RC_VOX_POS_INF) ? (double)INFINITY : -(double)INFINITY;
+        if ((flags & RC_VOX_NAN) || flags == (RC_VOX_POS_INF | RC_VOX_NEG_INF))
+            return rc_vox_bits_f64(0x7ff8000000000000ull);
+        return rc_vox_bits_f64((flags & RC_VOX_POS_INF) ? 0x7ff0000000000000ull
+                                                         : 0xfff0000000000000ull);
     }
 #ifdef __CUDA_ARCH__
     double s = ldexp(__ll2double_rn(q), -shift);

@@ -170,7 +170,7 @@ resample_kernel(const rc_resample_args a, int tile, int64_t tiles_per_row, int64
         rc_locate_any(&loc, a.times_dtype, (const char *)a.times + t0 * tes, a.times_stride_s, n,
                       (const char *)a.new_times +
                           (b * a.new_times_stride_b + t * a.new_times_stride_t) * tes,
-                      a.mode, a.tolerance);
+                      a.mode, a.tolerance, nullptr);
         if (a.is_pad) a.is_pad[b * a.targets + t] = loc.pad;
         s_r0[threadIdx.x] = loc.i0 < 0 ? -1 : v0 + loc.i0 * a.values_stride_s;
         s_r1[threadIdx.x] = loc.i0 < 0 ? -1 : v0 + loc.i1 * a.values_stride_s;

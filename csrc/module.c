@@ -86,6 +86,8 @@ static PyObject *build_info(PyObject *module, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"resample", (PyCFunction)(void (*)(void))rc_py_resample, METH_FASTCALL | METH_KEYWORDS,
      rc_resample_doc_text},
+    {"voxelize", (PyCFunction)(void (*)(void))rc_py_voxelize, METH_FASTCALL | METH_KEYWORDS,
+     rc_voxelize_doc_text},
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
@@ -114,6 +116,15 @@ static int exec_module(PyObject *m) {
     static const char *const modes[5] = {"linear", "nearest", "previous", "next", "slerp"};
     for (int i = 0; i < 5; i++)
         if (intern(&st->mode_names[i], modes[i])) return -1;
+    if (intern(&st->kw_points, "points") || intern(&st->kw_features, "features") ||
+        intern(&st->kw_grid, "grid") || intern(&st->kw_voxel_size, "voxel_size") ||
+        intern(&st->kw_origin, "origin") || intern(&st->kw_dtype, "dtype") ||
+        intern(&st->kw_deterministic, "deterministic") ||
+        intern(&st->kw_return_dropped, "return_dropped"))
+        return -1;
+    static const char *const vox_modes[5] = {"occupancy", "count", "sum", "mean", "max"};
+    for (int i = 0; i < 5; i++)
+        if (intern(&st->vox_mode_names[i], vox_modes[i])) return -1;
 #ifdef RC_WITH_CUDA
     if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
 #else
@@ -151,6 +162,15 @@ static int clear(PyObject *m) {
     Py_CLEAR(st->kw_check);
     Py_CLEAR(st->kw_stream);
     for (int i = 0; i < 5; i++) Py_CLEAR(st->mode_names[i]);
+    Py_CLEAR(st->kw_points);
+    Py_CLEAR(st->kw_features);
+    Py_CLEAR(st->kw_grid);
+    Py_CLEAR(st->kw_voxel_size);
+    Py_CLEAR(st->kw_origin);
+    Py_CLEAR(st->kw_dtype);
+    Py_CLEAR(st->kw_deterministic);
+    Py_CLEAR(st->kw_return_dropped);
+    for (int i = 0; i < 5; i++) Py_CLEAR(st->vox_mode_names[i]);
     return 0;
 }
 

@@ -27,6 +27,10 @@ typedef struct {
     PyObject *kw_values, *kw_times, *kw_new_times, *kw_mode, *kw_offsets, *kw_index,
         *kw_lengths, *kw_out, *kw_return_mask, *kw_tolerance, *kw_check, *kw_stream;
     PyObject *mode_names[5];       /* indexed by rc_mode */
+    /* voxelize (py_voxelize.c) */
+    PyObject *kw_points, *kw_features, *kw_grid, *kw_voxel_size, *kw_origin, *kw_dtype,
+        *kw_deterministic, *kw_return_dropped;
+    PyObject *vox_mode_names[5];   /* indexed by rc_vox_mode */
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */
@@ -53,6 +57,9 @@ rc_state *rc_get_state(PyObject *module);
 PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames);
 extern const char rc_resample_doc_text[];
+PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                         PyObject *kwnames);
+extern const char rc_voxelize_doc_text[];
 
 void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg);
 void rc_call_release(rc_call *c);

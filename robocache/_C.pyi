@@ -20,6 +20,22 @@ def resample(values: Any, times: Any, new_times: Any, *, mode: Mode = "linear",
              out: Any | None = None, return_mask: Literal[True],
              tolerance: float = 1e-4, check: bool | None = None,
              stream: Any | None = None) -> tuple[Any, Any]: ...
+VoxelMode = Literal["occupancy", "count", "sum", "mean", "max"]
+
+@overload
+def voxelize(points: Any, *, features: Any | None = None, lengths: Any | None = None,
+             offsets: Any | None = None, grid: int | tuple[int, int, int],
+             voxel_size: float | tuple[float, float, float], origin: tuple[float, float, float],
+             mode: VoxelMode = "occupancy", dtype: Any | None = None, out: Any | None = None,
+             deterministic: bool = True, return_dropped: Literal[False] = False,
+             check: bool | None = None, stream: Any | None = None) -> Any: ...
+@overload
+def voxelize(points: Any, *, features: Any | None = None, lengths: Any | None = None,
+             offsets: Any | None = None, grid: int | tuple[int, int, int],
+             voxel_size: float | tuple[float, float, float], origin: tuple[float, float, float],
+             mode: VoxelMode = "occupancy", dtype: Any | None = None, out: Any | None = None,
+             deterministic: bool = True, return_dropped: Literal[True],
+             check: bool | None = None, stream: Any | None = None) -> tuple[Any, Any]: ...
 def set_num_threads(n: int, /) -> None: ...
 def get_num_threads() -> int: ...
 def _build_info() -> dict[str, Any]: ...

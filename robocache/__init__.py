@@ -6,10 +6,11 @@ calls run on multi-threaded C kernels.
 """
 from . import _C
 from ._C import CudaError, get_num_threads, resample, set_num_threads
+from ._C import voxelize
 
 __version__ = _C.__version__
 __all__ = ["CudaError", "build_info", "cuda_available", "get_num_threads", "resample",
-           "set_num_threads"]
+           "set_num_threads", "voxelize"]
 
 
 def build_info() -> dict:

@@ -1,0 +1,13 @@
+"""Benchmark robocache.resample: checked, then timed against plain PyTorch, the CPU
+path, a NumPy np.interp loop and the memory-bandwidth floor.
+
+    python benchmarks/bench_resample.py [--quick] [--device auto|cpu|cuda] [--json PATH]
+
+The harness lives in robocache/bench.py (also `python -m robocache bench`).
+"""
+import sys
+
+from robocache.bench import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["--op", "resample", *sys.argv[1:]]))

@@ -50,12 +50,14 @@ RC_HD rc_vox_geom rc_vox_geom_of(const rc_voxelize_args *a) {
     return g;
 }
 
-/* floor((p - origin) / size): one rounding for the subtraction, one for the division. */
+/* (p - origin) / size: one rounding for the subtraction, one for the division. The voxel index
+ * is its floor; since extents are integers, 0 <= floor(q) < extent exactly when
+ * 0 <= q < extent, and then floor(q) is the truncation (int64_t)q: no floor() call needed. */
 RC_HD double rc_vox_cell(double p, double origin, double size) {
 #ifdef __CUDA_ARCH__
-    return floor(__ddiv_rn(__dsub_rn(p, origin), size));
+    return __ddiv_rn(__dsub_rn(p, origin), size);
 #else
-    return floor((p - origin) / size);
+    return (p - origin) / size;
 #endif
 }
 
@@ -109,11 +111,32 @@ RC_HD uint32_t rc_vox_special(double f) {
     return (u >> 63) ? RC_VOX_NEG_INF : RC_VOX_POS_INF;
 }
 
-RC_HD int64_t rc_vox_to_fixed(double f, int shift) {
+/* 2^k, exactly, for -1022 <= k <= 1023. */
+RC_HD double rc_vox_pow2(int k) { return rc_vox_bits_f64((uint64_t)(k + 1023) << 52); }
+
+/* x * 2^k for the k of this file (|k| < 1100): two power-of-two factors, each representable.
+ * Exact unless the result is subnormal or overflows, and then the same on both devices. */
+RC_HD double rc_vox_scale(double x, int k) {
+    const int h = k / 2;
 #ifdef __CUDA_ARCH__
-    return __double2ll_rn(ldexp(f, shift));
+    return __dmul_rn(__dmul_rn(x, rc_vox_pow2(h)), rc_vox_pow2(k - h));
 #else
-    return llrint(ldexp(f, shift));
+    return x * rc_vox_pow2(h) * rc_vox_pow2(k - h);
+#endif
+}
+
+/* rint(f * 2^shift) for |f| <= m (see above): |result| <= 2^62, round half to even. */
+RC_HD int64_t rc_vox_to_fixed(double f, int shift) {
+    const double x = rc_vox_scale(f, shift);
+#ifdef __CUDA_ARCH__
+    return __double2ll_rn(x);
+#else
+    /* below 2^52 adding and removing 2^52 rounds to an integer (half to even); above it every
+     * double is already an integer */
+    const double two52 = 4503599627370496.0, ax = fabs(x);
+    if (!(ax < two52)) return (int64_t)x;
+    const int64_t r = (int64_t)((ax + two52) - two52);
+    return x < 0 ? -r : r;
 #endif
 }
 
@@ -127,10 +150,10 @@ RC_HD double rc_vox_fixed_result(int64_t q, uint32_t flags, int shift, uint32_t 
                                                          : 0xfff0000000000000ull);
     }
 #ifdef __CUDA_ARCH__
-    double s = ldexp(__ll2double_rn(q), -shift);
+    double s = rc_vox_scale(__ll2double_rn(q), -shift);
     return mean ? __ddiv_rn(s, __uint2double_rn(count)) : s;
 #else
-    double s = ldexp((double)q, -shift);
+    double s = rc_vox_scale((double)q, -shift);
     return mean ? s / (double)count : s;
 #endif
 }

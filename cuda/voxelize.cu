@@ -363,8 +363,9 @@ rc_status dispatch(const rc_voxelize_args &a, cudaStream_t s) {
     rc_vox_layout_of(&l, &a);
 
     /* the dense grid at full bandwidth; everything after this is sparse */
-    rc_status st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s),
-                                 "cudaMemsetAsync (out)");
+    rc_status st = RC_OK;
+    if (out_bytes > 0)
+        st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s), "cudaMemsetAsync (out)");
     if (st == RC_OK && a.dropped && a.batch)
         st = RC_CUDA_CHECK(cudaMemsetAsync(a.dropped, 0, (size_t)(a.batch * 8), s),
                            "cudaMemsetAsync (dropped)");
@@ -385,7 +386,8 @@ rc_status dispatch(const rc_voxelize_args &a, cudaStream_t s) {
     if (L.chunks1 > max_chunks) L.chunks1 = max_chunks;
     /* flat slot index f is element 3f of points: dense contiguous [B,N,3] or ragged [P,3] */
     L.vec = a.points_dtype == RC_F32 && a.points_stride_c == 1 && a.points_stride_n == 3 &&
-            (a.offsets || a.points_stride_b == 3 * a.points_per_cloud) && aligned16(a.points);
+            (a.offsets || a.batch == 1 || a.points_stride_b == 3 * a.points_per_cloud) &&
+            aligned16(a.points);
 
     switch (a.mode) {
     case RC_VOX_OCCUPANCY:
@@ -404,7 +406,9 @@ rc_status dispatch(const rc_voxelize_args &a, cudaStream_t s) {
         if (a.out_dtype == RC_I32) return L.points(nullptr, a.dropped, Count<int>{V}, "voxelize kernel launch");
         return L.points(nullptr, a.dropped, Count<ull>{V}, "voxelize kernel launch");
     default:
-        if (a.channels == 0) return L.points(nullptr, a.dropped, NoBody(), "voxelize kernel launch");
+        if (a.channels == 0) /* nothing to write; only dropped, when asked */
+            return a.dropped ? L.points(nullptr, a.dropped, NoBody(), "voxelize kernel launch")
+                             : RC_OK;
         return a.out_dtype == RC_F64 ? slots_for<double>(L, l, V) : slots_for<float>(L, l, V);
     }
 }

@@ -476,6 +476,35 @@ def test_fixed_point_keeps_float_precision_at_any_magnitude(fw, magnitude, rng, 
     case.check(fw)
 
 
+def fixed_point_model(values_per_voxel, kept, m):
+    """docs/voxelize.md's fixed point, with Python ints: S = 62 - e - L,
+    q = rint(f * 2^S) (half to even), sum * 2^-S."""
+    e = math.frexp(m)[1]  # m < 2^e
+    L = (kept - 1).bit_length() if kept > 1 else 0
+    S = 62 - e - L
+    out = []
+    for vals in values_per_voxel:
+        q = sum(int(np.rint(math.ldexp(v, S))) for v in vals)
+        out.append(math.ldexp(float(q), -S))
+    return out
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_fixed_point_quantization_is_exactly_as_documented(fw):
+    """Values far below the channel's largest one are quantized to 2^-S with
+    round-half-to-even: ties at 0.5, 1.5 and 2.5 steps (S = 59 here: m = 1, 4 points)."""
+    step = 2.0 ** -59
+    vals = [[1.0], [0.5 * step], [1.5 * step], [2.5 * step]]
+    pts = np.array([[i + 0.5, 0.5, 0.5] for i in range(4)])
+    f = np.array([v for vs in vals for v in vs])[:, None]
+    out = robocache.voxelize(as_fw(pts, fw), features=as_fw(f, fw), grid=(4, 1, 1), voxel_size=1.0,
+                             origin=(0, 0, 0), mode="sum")
+    got = to_numpy(out).reshape(-1).tolist()
+    want = fixed_point_model(vals, kept=4, m=1.0)
+    assert want == [1.0, 0.0, 2 * step, 2 * step]
+    assert got == want
+
+
 def test_mixed_magnitudes_in_one_channel(rng):
     """Documented precision: the error bound is relative to the largest |feature|
     of the cloud's channel, not to each voxel's own values."""

@@ -5,6 +5,7 @@
  * each thread takes whole clouds: a cloud's points are reduced in order by one thread, so the
  * result does not depend on the thread count. Benchmark: benchmarks/bench_voxelize.py --device cpu
  */
+#include <math.h>
 #include <string.h>
 
 #include "../voxelize_math.h"
@@ -125,13 +126,16 @@ static int64_t scatter_slots(const vox_job *j, int64_t b, int64_t r0, int64_t r1
             if (point_voxel(j, b, r) < 0) continue;
             kept++;
             for (int64_t c = 0; c < F; c++) {
-                double f = feature(a, b, r, c);
-                f = f < 0 ? -f : f;
-                uint64_t bits = rc_vox_f64_bits(f);
+                uint64_t bits = rc_vox_f64_bits(fabs(feature(a, b, r, c)));
                 if (bits < 0x7ff0000000000000ull && bits > maxabs[c]) maxabs[c] = bits;
             }
         }
     }
+    /* each channel's fixed-point scale, once per cloud (recomputed per value past 64) */
+    int shifts[64];
+    for (int64_t c = 0; l->fixed && c < F && c < 64; c++)
+        shifts[c] = rc_vox_shift((uint64_t)kept, maxabs[c]);
+#define RC_SHIFT(c) ((c) < 64 ? shifts[c] : rc_vox_shift((uint64_t)kept, maxabs[c]))
     int64_t kept2 = 0;
     for (int64_t r = r0; r < r1; r++) {
         int64_t v = point_voxel(j, b, r);
@@ -145,14 +149,15 @@ static int64_t scatter_slots(const vox_job *j, int64_t b, int64_t r0, int64_t r1
             if (l->fixed) {
                 uint32_t sp = rc_vox_special(f);
                 if (sp) flags[k] |= (uint8_t)sp;
-                else ((int64_t *)acc)[k] += rc_vox_to_fixed(f, rc_vox_shift((uint64_t)kept, maxabs[c]));
+                else ((int64_t *)acc)[k] += rc_vox_to_fixed(f, RC_SHIFT(c));
             } else if (a->mode == RC_VOX_MAX) {
+                /* written as selects: random data would mispredict a branch half the time */
                 if (l->acc_size == 8) {
                     uint64_t key = rc_vox_key64(f), *p = (uint64_t *)acc + k;
-                    if (key > *p) *p = key;
+                    *p = key > *p ? key : *p;
                 } else {
                     uint32_t key = rc_vox_key32(rc_vox_to_f32(f)), *p = (uint32_t *)acc + k;
-                    if (key > *p) *p = key;
+                    *p = key > *p ? key : *p;
                 }
             } else if (l->acc_size == 8) {
                 ((double *)acc)[k] += f;
@@ -173,8 +178,8 @@ static int64_t scatter_slots(const vox_job *j, int64_t b, int64_t r0, int64_t r1
         for (int64_t c = 0; c < F; c++) {
             const int64_t k = slot * F + c, o = (b * F + c) * j->V + v;
             if (l->fixed) {
-                double x = rc_vox_fixed_result(((const int64_t *)acc)[k], flags[k],
-                                               rc_vox_shift((uint64_t)kept, maxabs[c]), cnt, mean);
+                double x = rc_vox_fixed_result(((const int64_t *)acc)[k], flags[k], RC_SHIFT(c),
+                                               cnt, mean);
                 if (j->out_size == 8) ((double *)a->out)[o] = x;
                 else ((float *)a->out)[o] = rc_vox_to_f32(x);
             } else if (a->mode == RC_VOX_MAX) {
@@ -189,6 +194,7 @@ static int64_t scatter_slots(const vox_job *j, int64_t b, int64_t r0, int64_t r1
             }
         }
     }
+#undef RC_SHIFT
     return kept;
 }
 

@@ -1,0 +1,466 @@
+"""robocache.voxelize on CUDA: reference == CPU kernel == CUDA kernel, the
+caller's stream, no host sync, devices, memory.
+
+In deterministic mode (the default) the CUDA kernels and the CPU kernel share
+csrc/voxelize_math.h (float64 binning, 64-bit fixed-point sums, order-preserving
+max keys), so every mode must agree bit for bit with the CPU, and be bitwise
+reproducible run to run however the atomics interleave.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import robocache  # noqa: E402
+from reference import assert_equal, poisoned, to_numpy, voxelize_ref  # noqa: E402
+from test_voxelize import (FEATURE_MODES, FLOATS, GRID, KITTI, MODES, ORIGIN, VOXEL, VoxCase, assert_voxels,  # noqa: E402,F401
+                           kitti, make_vox)
+
+pytestmark = pytest.mark.cuda
+
+
+def two_gpus():
+    return pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+
+
+@pytest.fixture(scope="module")
+def sleep_cycles():
+    """torch.cuda._sleep cycles for about 200 ms on this GPU."""
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    ms = max(start.elapsed_time(end), 1e-3)
+    return int(min(20_000_000 * 200 / ms, 2**40))
+
+
+def on(a, device):
+    """numpy -> torch on device (bfloat16 handled by VoxCase.arrays)."""
+    return None if a is None else a.to(device)
+
+
+def gpu_and_cpu(case: VoxCase, device="cuda", **more):
+    """(cuda result, cpu result) of the same call, each (out, dropped) as numpy."""
+    t = case.arrays("torch")
+    g = {k: on(v, device) for k, v in t.items()}
+    go, gd = robocache.voxelize(g["points"], **case.kwargs(g, return_dropped=True, **more))
+    assert go.device == g["points"].device and gd.device == g["points"].device
+    co, cd = robocache.voxelize(t["points"], **case.kwargs(t, return_dropped=True, **more))
+    return (go, gd), (co, cd)
+
+
+def assert_bitwise(a, b, msg=""):
+    a, b = np.ascontiguousarray(to_numpy(a)), np.ascontiguousarray(to_numpy(b))
+    assert a.shape == b.shape and a.dtype == b.dtype, f"{a.shape} {a.dtype} vs {b.shape} {b.dtype} {msg}"
+    bad = a.view(np.uint8) != b.view(np.uint8)
+    assert not bad.any(), f"{int(bad.sum())} bytes differ between CUDA and CPU {msg}"
+
+
+def bitwise_nan_canonical(a, b, msg=""):
+    """Bitwise, except that NaN payloads may differ only if both are NaN."""
+    a, b = to_numpy(a), to_numpy(b)
+    if a.dtype.kind == "f":
+        nan = np.isnan(a)
+        assert np.array_equal(nan, np.isnan(b)), f"NaN voxels differ {msg}"
+        a, b = np.where(nan, 0, a), np.where(nan, 0, b)
+    assert_bitwise(a, b, msg)
+
+
+# ----------------------------------------------------------------------------
+# CUDA == CPU (bitwise) == reference
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("pdtype", FLOATS)
+@pytest.mark.parametrize("form", ["dense", "ragged", "single"])
+def test_cuda_equals_cpu_and_reference(form, pdtype, mode, make_vox):
+    case = make_vox(form, pdtype, mode, fdtype=pdtype, B=6, N=700)
+    (go, gd), (co, cd) = gpu_and_cpu(case)
+    bitwise_nan_canonical(go, co, case.msg)
+    assert_equal(to_numpy(gd).reshape(-1), to_numpy(cd).reshape(-1), msg="dropped " + case.msg)
+    ref, ref_dropped = case.reference()
+    case.assert_matches(go, ref, go)
+    assert_equal(to_numpy(gd).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+
+
+@pytest.mark.parametrize("mode", FEATURE_MODES)
+@pytest.mark.parametrize("fdtype,dtype", [("float32", None), ("float64", None), ("float32", "float64"),
+                                          ("float64", "float32"), ("float16", None), ("bfloat16", None)])
+def test_cuda_feature_dtypes(mode, fdtype, dtype, make_vox):
+    case = make_vox("ragged", "float32", mode, fdtype=fdtype, dtype=dtype, B=5, N=900, F=5)
+    (go, _), (co, _) = gpu_and_cpu(case)
+    bitwise_nan_canonical(go, co, case.msg)
+    case.assert_matches(go, case.reference()[0], go)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "uint8", "bool"])
+def test_cuda_occupancy_dtypes(dtype, make_vox):
+    case = make_vox("dense", "float32", "occupancy", dtype=dtype)
+    (go, _), (co, _) = gpu_and_cpu(case)
+    assert_bitwise(go, co, case.msg)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_cuda_count_dtypes(dtype, make_vox):
+    case = make_vox("dense", "float32", "count", dtype=dtype, N=3000)
+    (go, _), (co, _) = gpu_and_cpu(case)
+    assert_bitwise(go, co, case.msg)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_heavy_collisions_are_deterministic(mode, make_vox):
+    """Thousands of points per voxel: atomics interleave differently every run,
+    the bits must not change, and must equal the CPU's."""
+    case = make_vox("dense", "float32", mode, B=4, N=60_000, F=3, lengths=False, grid=(3, 2, 2),
+                    voxel_size=(1.5, 2.5, 1.0))
+    t = case.arrays("torch")
+    g = {k: on(v, "cuda") for k, v in t.items()}
+    runs = [robocache.voxelize(g["points"], **case.kwargs(g)) for _ in range(5)]
+    for r in runs[1:]:
+        assert_bitwise(r, runs[0], case.msg)
+    cpu = robocache.voxelize(t["points"], **case.kwargs(t))
+    bitwise_nan_canonical(runs[0], cpu, case.msg)
+    case.assert_matches(runs[0], case.reference()[0], runs[0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_deterministic_false_is_close(mode, make_vox):
+    case = make_vox("dense", "float32", mode, B=4, N=20_000, F=2, grid=(4, 3, 2), voxel_size=(1.0, 1.5, 2.0))
+    t = case.arrays("torch")
+    g = {k: on(v, "cuda") for k, v in t.items()}
+    out = robocache.voxelize(g["points"], **case.kwargs(g, deterministic=False))
+    case.assert_matches(out, case.reference()[0], out, deterministic=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_kitti(mode, kitti):
+    pts = torch.from_numpy(kitti)[:, :3]  # strided view of the [N, 4] layout
+    refl = torch.from_numpy(kitti)[:, 3:]
+    kw = dict(KITTI, mode=mode, return_dropped=True)
+    if mode in FEATURE_MODES:
+        kw["features"] = refl
+    co, cd = robocache.voxelize(pts, **kw)
+    if mode in FEATURE_MODES:
+        kw["features"] = refl.cuda()
+    go, gd = robocache.voxelize(pts.cuda(), **kw)
+    assert_bitwise(go, co, f"KITTI {mode}")
+    assert int(gd) == int(cd)
+    # a 16-scan batch (as benchmarked), contiguous points: the 16-byte load path
+    B = 16
+    batch = torch.from_numpy(np.ascontiguousarray(kitti[:, :3])).cuda().expand(B, -1, -1).contiguous()
+    feats = refl.cuda().expand(B, -1, -1).contiguous()
+    kwb = dict(KITTI, mode=mode)
+    if mode in FEATURE_MODES:
+        kwb["features"] = feats
+    out = robocache.voxelize(batch, **kwb)
+    for b in (0, B - 1):
+        assert_bitwise(out[b], go, f"KITTI batch {mode}")
+
+
+BENCH = [  # the benchmark configurations (issue 3), smaller where the CPU would be slow
+    ("occupancy", 8, 4096, 64, 0), ("mean", 8, 4096, 64, 4), ("occupancy", 32, 16384, 128, 0),
+    ("mean", 8, 16384, 128, 4), ("occupancy", 4, 65536, 256, 0),
+]
+
+
+@pytest.mark.parametrize("mode,B,N,G,F", BENCH, ids=[f"{m}-B{b}-N{n}-{g}^3" for m, b, n, g, _ in BENCH])
+def test_cuda_benchmark_configs(mode, B, N, G, F, rng):
+    pts = torch.from_numpy(rng.uniform(-0.05, 1.05, (B, N, 3)).astype(np.float32))
+    kw = dict(grid=(G, G, G), voxel_size=1.0 / G, origin=(0.0, 0.0, 0.0), mode=mode)
+    if F:
+        kw["features"] = torch.from_numpy(rng.standard_normal((B, N, F)).astype(np.float32))
+    co = robocache.voxelize(pts, **kw)
+    if F:
+        kw["features"] = kw["features"].cuda()
+    go = robocache.voxelize(pts.cuda(), **kw)
+    assert_bitwise(go, co, f"{mode} B{B} N{N} {G}^3")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "unaligned", "strided", "odd-n", "transposed"])
+def test_cuda_point_layouts(layout, make_vox):
+    """The 16-byte vector loads apply only to contiguous, aligned float32 points;
+    every other layout takes the scalar path and must give the same bits."""
+    case = make_vox("dense", "float32", "sum", B=5, N=301 if layout == "odd-n" else 300, F=2)
+    t = case.arrays("torch")
+    pts = t["points"].cuda()
+    if layout == "unaligned":
+        flat = torch.cat([torch.zeros(3, device="cuda"), pts.reshape(-1)])
+        pts = flat[3:].reshape(pts.shape)  # 12 bytes past a 16-byte boundary
+        assert pts.data_ptr() % 16 != 0
+    elif layout == "strided":
+        pts = torch.cat([pts, torch.zeros_like(pts[..., :1])], -1)[..., :3]
+    elif layout == "transposed":
+        pts = pts.transpose(0, 1).contiguous().transpose(0, 1)
+    go = robocache.voxelize(pts, **case.kwargs({k: on(v, "cuda") for k, v in t.items() if k != "points"}))
+    co = robocache.voxelize(t["points"], **case.kwargs(t))
+    assert_bitwise(go, co, layout)
+
+
+def test_cuda_ragged_unaligned_offsets(rng):
+    """Clouds starting at any point index (groups of 4 straddle clouds)."""
+    n = np.array([1, 2, 3, 0, 5, 7, 4, 1, 0, 13], np.int64)
+    off = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+    pts = rng.uniform(-2, 4, (int(off[-1]), 3)).astype(np.float32)
+    kw = dict(grid=(5, 4, 3), voxel_size=(1.0, 1.5, 2.0), origin=(-1.0, -1.0, -1.0), mode="count")
+    co = robocache.voxelize(torch.from_numpy(pts), offsets=torch.from_numpy(off), **kw)
+    go = robocache.voxelize(torch.from_numpy(pts).cuda(), offsets=torch.from_numpy(off).cuda(), **kw)
+    assert_bitwise(go, co)
+    assert_equal(go, voxelize_ref(pts, offsets=off, **kw)[0])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_empty_and_zero_sizes(mode, make_vox):
+    for case in (make_vox("dense", "float32", mode, B=3, N=0, lengths=False),
+                 make_vox("ragged", "float32", mode, B=4, N=0),
+                 make_vox("ragged", "float32", mode, B=0),
+                 make_vox("single", "float32", mode, N=0),
+                 make_vox("dense", "float32", mode, B=5, N=50)):  # lengths with empty clouds
+        (go, gd), (co, cd) = gpu_and_cpu(case)
+        assert_bitwise(go, co, case.msg)
+        assert_equal(to_numpy(gd).reshape(-1), to_numpy(cd).reshape(-1))
+    # zero feature channels
+    pts = torch.rand(2, 10, 3, device="cuda")
+    out, dropped = robocache.voxelize(pts, features=torch.zeros(2, 10, 0, device="cuda"), grid=GRID,
+                                      voxel_size=VOXEL, origin=ORIGIN, mode="sum", return_dropped=True)
+    assert out.shape == (2, 0) + GRID and dropped.shape == (2,)
+
+
+def test_cuda_out_poison_written_everywhere(make_vox):
+    for mode in MODES:
+        case = make_vox("ragged", "float32", mode)
+        t = case.arrays("torch")
+        g = {k: on(v, "cuda") for k, v in t.items()}
+        ref, _ = case.reference()
+        buf = poisoned(ref.shape, case.out_dtype, g["points"])
+        assert robocache.voxelize(g["points"], **case.kwargs(g, out=buf)) is buf
+        case.assert_matches(buf, ref, buf)
+
+
+# ----------------------------------------------------------------------------
+# content checks
+
+
+@pytest.mark.parametrize("offsets,match", [([1, 3, 5], r"\boffsets\b"), ([0, 4, 2, 5], r"\boffsets\b"),
+                                           ([0, 2, 4], r"\boffsets\b")])
+def test_check_true_finds_bad_offsets(offsets, match):
+    pts = torch.rand(5, 3, device="cuda")
+    with pytest.raises(ValueError, match=match):
+        robocache.voxelize(pts, offsets=torch.tensor(offsets, device="cuda"), grid=GRID, voxel_size=VOXEL,
+                           origin=ORIGIN, check=True)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("lengths", [[6, 5], [-1, 2]])
+def test_check_true_finds_bad_lengths(lengths):
+    pts = torch.rand(2, 5, 3, device="cuda")
+    with pytest.raises(ValueError, match=r"\blengths\b"):
+        robocache.voxelize(pts, lengths=torch.tensor(lengths, device="cuda"), grid=GRID, voxel_size=VOXEL,
+                           origin=ORIGIN, check=True)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("mode", ["count", "mean"])
+def test_check_none_bad_offsets_stay_in_bounds(mode):
+    """Without check the GPU does not read offsets on the host; garbage offsets
+    are clamped in the kernel, never read or written out of bounds."""
+    pts = torch.rand(10, 3, device="cuda")
+    f = torch.rand(10, 2, device="cuda")
+    for bad in ([5, 2, 100, -7], [-3, 4, 4, 11], [0, 2**40, 3, 10]):
+        kw = {"features": f} if mode == "mean" else {}
+        out = robocache.voxelize(pts, offsets=torch.tensor(bad, device="cuda"), grid=(2, 3, 4), voxel_size=0.5,
+                                 origin=(0, 0, 0), mode=mode, **kw)
+        torch.cuda.synchronize()
+        assert out.shape[0] == 3
+    out = robocache.voxelize(pts.reshape(2, 5, 3), lengths=torch.tensor([99, -4], device="cuda"), grid=(2, 3, 4),
+                             voxel_size=0.5, origin=(0, 0, 0), mode="count")
+    torch.cuda.synchronize()
+    assert int(out[1].sum()) == 0
+
+
+# ----------------------------------------------------------------------------
+# streams
+
+
+@pytest.mark.parametrize("form,mode", [("dense", "occupancy"), ("dense-lengths", "count"), ("ragged", "mean"),
+                                       ("ragged", "max")])
+def test_check_none_does_not_sync(form, mode, make_vox, sleep_cycles):
+    case = make_vox(form.split("-")[0], "float32", mode, B=16, N=500, lengths=form == "dense-lengths")
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    kw = case.kwargs(g, return_dropped=True)
+    robocache.voxelize(g["points"], **kw)  # warm-up
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    torch.cuda._sleep(sleep_cycles)
+    out, dropped = robocache.voxelize(g["points"], **kw)
+    busy = not stream.query()
+    torch.cuda.synchronize()
+    assert busy, "voxelize waited for the GPU: a host sync on the hot path"
+    ref, ref_dropped = case.reference()
+    case.assert_matches(out, ref, out)
+    assert_equal(dropped.cpu().reshape(-1), np.reshape(ref_dropped, -1))
+
+
+@pytest.mark.parametrize("mode", ["occupancy", "mean"])
+def test_runs_on_current_stream(mode, make_vox, sleep_cycles):
+    case = make_vox("ragged", "float32", mode, B=8, N=400)
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    fresh = g["points"]
+    pts = torch.full_like(fresh, float("nan"))  # what another stream sees until s has written
+    robocache.voxelize(pts, **case.kwargs(g))  # warm-up
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(sleep_cycles)
+        pts.copy_(fresh)  # lands on s only after the sleep
+        out = robocache.voxelize(pts, **case.kwargs(g))
+    default_idle = torch.cuda.default_stream().query()
+    s_busy = not s.query()
+    s.synchronize()
+    assert s_busy, "stream s had finished when voxelize returned: voxelize synchronized with it"
+    assert default_idle, "voxelize put work on (or made wait) the default stream"
+    case.assert_matches(out, case.reference()[0], out)
+
+
+@pytest.mark.parametrize("handle", ["stream", "int"])
+def test_runs_on_explicit_stream(handle, make_vox, sleep_cycles):
+    case = make_vox("ragged", "float32", "count", B=8, N=400)
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    fresh = g["points"]
+    pts = torch.full_like(fresh, float("nan"))
+    robocache.voxelize(pts, **case.kwargs(g))
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(sleep_cycles)
+        pts.copy_(fresh)
+    out = robocache.voxelize(pts, **case.kwargs(g, stream=s if handle == "stream" else s.cuda_stream))
+    default_idle = torch.cuda.default_stream().query()
+    s_busy = not s.query()
+    s.synchronize()
+    assert s_busy, "voxelize(stream=s) synchronized with s (occupancy/count need no workspace)"
+    assert default_idle, "voxelize(stream=s) put work on the default stream"
+    case.assert_matches(out, case.reference()[0], out)
+
+
+def test_explicit_other_stream_with_workspace_is_safe(make_vox, sleep_cycles):
+    """sum/mean/max borrow a workspace from torch's allocator, which orders its
+    reuse on the current stream: on another stream= the call waits for its
+    kernels (documented), so later allocations cannot overwrite it."""
+    case = make_vox("ragged", "float32", "mean", B=8, N=400)
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    robocache.voxelize(g["points"], **case.kwargs(g))
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(sleep_cycles)
+    out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
+    assert s.query(), "the workspace was released while stream s still used it"
+    junk = torch.full((1 << 20,), float("nan"), device="cuda")  # reuses freed blocks at once
+    del junk
+    case.assert_matches(out, case.reference()[0], out)
+    # the same stream as torch's current one needs no wait
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(sleep_cycles)
+        out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
+        busy = not s.query()
+    s.synchronize()
+    assert busy, "stream= equal to the current stream must not sync"
+    case.assert_matches(out, case.reference()[0], out)
+
+
+# ----------------------------------------------------------------------------
+# devices, frameworks, memory
+
+
+@pytest.mark.parametrize("moved", ["features", "lengths", "out"])
+def test_arguments_on_other_device(moved, make_vox):
+    case = make_vox("dense", "float32", "mean", B=3, N=20)
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    kw = case.kwargs(g)
+    if moved == "out":
+        kw["out"] = torch.empty(case.reference()[0].shape)
+    else:
+        kw[moved] = kw[moved].cpu()
+    with pytest.raises(ValueError, match=rf"\b{moved}\b"):
+        robocache.voxelize(g["points"], **kw)
+
+
+def test_points_on_cpu_features_on_gpu(make_vox):
+    case = make_vox("ragged", "float32", "sum", B=3, N=20)
+    t = case.arrays("torch")
+    with pytest.raises(ValueError, match=r"\bfeatures\b|\boffsets\b"):
+        robocache.voxelize(t["points"], **case.kwargs({**t, "features": t["features"].cuda()}))
+
+
+@two_gpus()
+def test_second_gpu(make_vox):
+    case = make_vox("ragged", "float32", "mean", B=6, N=300)
+    torch.cuda.set_device(0)
+    g = {k: on(v, "cuda:1") for k, v in case.arrays("torch").items()}
+    out = robocache.voxelize(g["points"], **case.kwargs(g))
+    assert out.device == torch.device("cuda:1")
+    assert torch.cuda.current_device() == 0, "voxelize did not restore the current device"
+    case.assert_matches(out, case.reference()[0], out)
+    s = torch.cuda.Stream(device=1)
+    with torch.cuda.stream(s):
+        out = robocache.voxelize(g["points"], **case.kwargs(g))
+    s.synchronize()
+    case.assert_matches(out, case.reference()[0], out)
+
+
+def test_cupy_arrays(make_vox):
+    cupy = pytest.importorskip("cupy")
+    case = make_vox("ragged", "float32", "max", B=5, N=200)
+    a = {k: (None if v is None else cupy.asarray(v)) for k, v in case.arrays("numpy").items()}
+    out, dropped = robocache.voxelize(a["points"], **case.kwargs(a, return_dropped=True))
+    assert isinstance(out, cupy.ndarray) and isinstance(dropped, cupy.ndarray)
+    ref, ref_dropped = case.reference()
+    case.assert_matches(out.get(), ref, out.get())
+    assert_equal(dropped.get(), ref_dropped)
+
+
+def test_pinned_host_tensors_run_on_cpu(make_vox):
+    case = make_vox("ragged", "float32", "mean", B=5, N=200)
+    t = {k: (None if v is None else v.pin_memory()) for k, v in case.arrays("torch").items()}
+    out = robocache.voxelize(t["points"], **case.kwargs(t))
+    assert out.device.type == "cpu"
+    case.assert_matches(out, case.reference()[0], out)
+
+
+def test_outputs_and_workspace_come_from_torch_and_are_freed(make_vox):
+    case = make_vox("ragged", "float32", "mean", B=32, N=2000, F=4, grid=(32, 24, 16))
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    kw = case.kwargs(g)
+    robocache.voxelize(g["points"], **kw)
+    torch.cuda.synchronize()
+    m0 = torch.cuda.memory_allocated()
+    out = robocache.voxelize(g["points"], **kw)
+    assert torch.cuda.memory_allocated() - m0 >= out.numel() * out.element_size()
+    del out
+    for _ in range(500):
+        robocache.voxelize(g["points"], **kw, return_dropped=True)
+        try:
+            robocache.voxelize(g["points"], **{**kw, "mode": "median"})
+        except ValueError:
+            pass
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == m0, "GPU memory (output or workspace) still held"
+
+
+def test_grid_too_large_on_gpu_raises_and_context_survives():
+    pts = torch.rand(2, 10, 3, device="cuda")
+    free, _ = torch.cuda.mem_get_info()
+    side = int((free / 4) ** (1 / 3)) + 64  # one cloud's grid alone exceeds free memory
+    with pytest.raises((MemoryError, ValueError), match=r"\bgrid\b"):
+        robocache.voxelize(pts, grid=(side, side, side), voxel_size=0.01, origin=(0, 0, 0))
+    with pytest.raises((MemoryError, ValueError), match=r"\bgrid\b"):
+        robocache.voxelize(pts, grid=(100_000, 100_000, 100_000), voxel_size=0.01, origin=(0, 0, 0))
+    torch.cuda.synchronize()
+    out = robocache.voxelize(pts, grid=(4, 4, 4), voxel_size=0.25, origin=(0, 0, 0), mode="count")
+    assert int(out.sum()) == 20

@@ -444,11 +444,15 @@ extern "C" rc_status rc_voxelize_check_cuda(rc_check_result *result, const rc_vo
                               (long long)(n * 8));
     rc_device_guard guard;
     rc_status st = guard.enter(device);
-    if (st == RC_OK)
+    if (st == RC_OK && stride >= 1)
         st = RC_CUDA_CHECK(cudaMemcpy2DAsync(host, sizeof(int64_t), src,
                                              (size_t)stride * sizeof(int64_t), sizeof(int64_t),
                                              (size_t)n, cudaMemcpyDeviceToHost, s),
                            "cudaMemcpy2DAsync");
+    for (int64_t i = 0; st == RC_OK && stride < 1 && i < n; i++) /* broadcast or reversed */
+        st = RC_CUDA_CHECK(cudaMemcpyAsync(host + i, src + i * stride, sizeof(int64_t),
+                                           cudaMemcpyDeviceToHost, s),
+                           "cudaMemcpyAsync");
     if (st == RC_OK) st = RC_CUDA_CHECK(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     if (st == RC_OK) {
         rc_voxelize_args h = a;

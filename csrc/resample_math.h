@@ -75,31 +75,15 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
 
 /* ---- search ----------------------------------------------------------------------------- */
 
-/* Writes loc for target x over times t[0..n-1] (stride st): j = the last sample with
- * t[j] <= x, so duplicates resolve to the later sample and t[j] < t[j+1].
- * `hint` (CPU, may be NULL): the previous target's j in this row. Targets of a window are
- * usually sorted, so galloping forward from it costs O(log gap) instead of O(log n); j is the
- * same either way. */
+/* The search: j = the last sample with t[j] <= x among t[0..n-1] (stride st), -1 if none.
+ * So duplicates resolve to the later sample and t[j] < t[j+1]. `hint` (CPU, may be NULL): the
+ * previous target's j in this row. Targets of a window are usually sorted, so galloping
+ * forward from it costs O(log gap) instead of O(log n); j is the same either way. The GPU
+ * searches with a group of lanes instead (cuda/resample.cu) and calls the _finish half. */
 #define RC_DEFINE_LOCATE(NAME, T, SUB_TO_DOUBLE)                                             \
-    RC_HD void NAME(rc_locate *loc, const T *t, int64_t st, int64_t n, T x, rc_mode mode,      \
-                    double tol, int64_t *hint) {                                               \
+    RC_HD void NAME##_finish(rc_locate *loc, const T *t, int64_t st, int64_t n, T x,          \
+                             int64_t j, rc_mode mode, double tol) {                            \
         if (n <= 0) { loc->i0 = loc->i1 = -1; loc->w = 0.0; loc->pad = 1; return; }           \
-        int64_t lo = 0, hi = n; /* answer (first t > x) is in [lo, hi] */                      \
-        if (hint && *hint >= 0 && *hint < n && t[*hint * st] <= x) {                           \
-            lo = *hint + 1;                                                                    \
-            int64_t step = 1;                                                                  \
-            while (lo + step - 1 < n && t[(lo + step - 1) * st] <= x) {                        \
-                lo += step;                                                                    \
-                step <<= 1;                                                                    \
-            }                                                                                  \
-            hi = lo + step - 1 < n ? lo + step - 1 : n;                                        \
-        }                                                                                      \
-        while (lo < hi) {                                                                      \
-            int64_t mid = lo + ((hi - lo) >> 1);                                               \
-            if (t[mid * st] <= x) lo = mid + 1; else hi = mid;                                 \
-        }                                                                                      \
-        int64_t j = lo - 1;                                                                    \
-        if (hint) *hint = j;                                                                   \
         T t0 = t[0], tl = t[(n - 1) * st];                                                     \
         /* written so a NaN target fails both tests and counts as padding */                   \
         loc->pad = !((x >= t0 || SUB_TO_DOUBLE(t0, x) <= tol) &&                               \
@@ -119,6 +103,25 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
             loc->i0 = loc->i1 = (SUB_TO_DOUBLE(b, x) <= SUB_TO_DOUBLE(x, a)) ? j + 1 : j;      \
             break;                                                                             \
         }                                                                                      \
+    }                                                                                          \
+    RC_HD void NAME(rc_locate *loc, const T *t, int64_t st, int64_t n, T x, rc_mode mode,      \
+                    double tol, int64_t *hint) {                                               \
+        int64_t lo = 0, hi = n; /* the first t > x is in [lo, hi] */                           \
+        if (hint && *hint >= 0 && *hint < n && t[*hint * st] <= x) {                           \
+            lo = *hint + 1;                                                                    \
+            int64_t step = 1;                                                                  \
+            while (lo + step - 1 < n && t[(lo + step - 1) * st] <= x) {                        \
+                lo += step;                                                                    \
+                step <<= 1;                                                                    \
+            }                                                                                  \
+            hi = lo + step - 1 < n ? lo + step - 1 : n;                                        \
+        }                                                                                      \
+        while (lo < hi) {                                                                      \
+            int64_t mid = lo + ((hi - lo) >> 1);                                               \
+            if (t[mid * st] <= x) lo = mid + 1; else hi = mid;                                 \
+        }                                                                                      \
+        if (hint) *hint = lo - 1;                                                              \
+        NAME##_finish(loc, t, st, n, x, lo - 1, mode, tol);                                    \
     }
 
 /* Differences in the times' own precision: float stays float (the weight is float32 math for

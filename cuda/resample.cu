@@ -150,59 +150,127 @@ struct SlerpBody {
     __device__ static void store(bf16_t &o, float x) { from_f32(o, x); }
 };
 
+/* ---- phase 1: locate each target with a group of lanes ---- */
+
+/* (L+1)-ary search by a group of L lanes (a power of two <= 32, consecutive in a warp): each
+ * step, every lane probes one of L split points at once, so finding the first t > x costs
+ * log_{L+1}(n) dependent loads instead of log2(n). That latency, not bandwidth, bounds small
+ * batches (times are usually cold in L2). Same answer as the binary search on the CPU.
+ * Every lane of the warp calls it (ballots); lanes without a target pass active = false. */
+template <typename T>
+__device__ int64_t group_upper_bound(const T *t, int64_t st, int64_t n, T x, bool active, int L) {
+    const int lane = threadIdx.x & 31, k = lane & (L - 1), shift = lane & ~(L - 1);
+    const unsigned bits = L == 32 ? 0xffffffffu : ((1u << L) - 1u);
+    int64_t lo = 0, hi = active ? n : 0; /* the answer is in [lo, hi] */
+    while (__any_sync(0xffffffffu, lo < hi)) {
+        const int64_t len = hi - lo;
+        const int64_t p = lo + (int64_t)(k + 1) * len / (L + 1);
+        const bool le = lo < hi && t[p * st] <= x;
+        const int cnt = __popc((__ballot_sync(0xffffffffu, le) >> shift) & bits);
+        if (lo < hi) {
+            const int64_t nlo = cnt > 0 ? lo + (int64_t)cnt * len / (L + 1) + 1 : lo;
+            hi = cnt < L ? lo + (int64_t)(cnt + 1) * len / (L + 1) : hi;
+            lo = nlo;
+        }
+    }
+    return lo;
+}
+
+template <typename T>
+__device__ void locate_group(rc_locate *loc, const T *t, int64_t st, int64_t n, const T *xp,
+                             bool active, int L, rc_mode mode, double tol);
+#define RC_LOCATE_GROUP(T, FINISH)                                                              \
+    template <>                                                                                 \
+    __device__ void locate_group<T>(rc_locate * loc, const T *t, int64_t st, int64_t n,         \
+                                    const T *xp, bool active, int L, rc_mode mode, double tol) { \
+        const T x = active ? *xp : (T)0;                                                        \
+        const int64_t j = group_upper_bound<T>(t, st, n, x, active, L) - 1;                     \
+        if (active) FINISH(loc, t, st, n, x, j, mode, tol);                                     \
+    }
+RC_LOCATE_GROUP(float, rc_locate_f32_finish)
+RC_LOCATE_GROUP(double, rc_locate_f64_finish)
+RC_LOCATE_GROUP(int64_t, rc_locate_i64_finish)
+
 /* ---- the kernel: phase 1 (locate) is shared by every body ---- */
 
 template <class Body>
 __global__ void __launch_bounds__(kThreads)
-resample_kernel(const rc_resample_args a, int tile, int64_t tiles_per_row, int64_t units,
+resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row, int64_t units,
                 int64_t su, Body body) {
     __shared__ int64_t s_r0[kMaxTile], s_r1[kMaxTile];
     __shared__ double s_w[kMaxTile];
     const int64_t b = blockIdx.x / tiles_per_row;
     const int64_t t_begin = (blockIdx.x - b * tiles_per_row) * tile;
     const int count = (int)min((int64_t)tile, a.targets - t_begin);
-    if ((int)threadIdx.x < count) {
+    const int g = threadIdx.x / L; /* this lane's target in the tile */
+    const bool active = g < count;
+    {
         const int tes = rc_dtype_size(a.times_dtype);
         int64_t v0, t0, n;
         rc_row_span(&v0, &t0, &n, &a, b);
-        const int64_t t = t_begin + threadIdx.x;
+        const int64_t t = t_begin + g;
+        const char *tp = (const char *)a.times + t0 * tes;
+        const char *xp = (const char *)a.new_times +
+                         (b * a.new_times_stride_b + (active ? t : 0) * a.new_times_stride_t) * tes;
         rc_locate loc;
-        rc_locate_any(&loc, a.times_dtype, (const char *)a.times + t0 * tes, a.times_stride_s, n,
-                      (const char *)a.new_times +
-                          (b * a.new_times_stride_b + t * a.new_times_stride_t) * tes,
-                      a.mode, a.tolerance, nullptr);
-        if (a.is_pad) a.is_pad[b * a.targets + t] = loc.pad;
-        s_r0[threadIdx.x] = loc.i0 < 0 ? -1 : v0 + loc.i0 * a.values_stride_s;
-        s_r1[threadIdx.x] = loc.i0 < 0 ? -1 : v0 + loc.i1 * a.values_stride_s;
-        s_w[threadIdx.x] = loc.w;
+        if (a.times_dtype == RC_F64)
+            locate_group<double>(&loc, (const double *)tp, a.times_stride_s, n,
+                                 (const double *)xp, active, L, a.mode, a.tolerance);
+        else if (a.times_dtype == RC_F32)
+            locate_group<float>(&loc, (const float *)tp, a.times_stride_s, n, (const float *)xp,
+                                active, L, a.mode, a.tolerance);
+        else
+            locate_group<int64_t>(&loc, (const int64_t *)tp, a.times_stride_s, n,
+                                  (const int64_t *)xp, active, L, a.mode, a.tolerance);
+        if (active && (threadIdx.x & (L - 1)) == 0) {
+            if (a.is_pad) a.is_pad[b * a.targets + t] = loc.pad;
+            s_r0[g] = loc.i0 < 0 ? -1 : v0 + loc.i0 * a.values_stride_s;
+            s_r1[g] = loc.i0 < 0 ? -1 : v0 + loc.i1 * a.values_stride_s;
+            s_w[g] = loc.w;
+        }
     }
     __syncthreads();
     Tile tl = {s_r0, s_r1, s_w, count, b * a.targets + t_begin};
     body(a, tl, units, su);
 }
 
+int sm_count(int device) {
+    static int cache[64]; /* benign race: every writer stores the same value */
+    if (device >= 0 && device < 64 && cache[device]) return cache[device];
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n < 1)
+        n = 132;
+    if (device >= 0 && device < 64) cache[device] = n;
+    return n;
+}
+
 template <class Body>
-rc_status launch(const rc_resample_args &a, int64_t units, int64_t su, cudaStream_t stream,
-                 Body body) {
+rc_status launch(const rc_resample_args &a, int64_t units, int64_t su, int device,
+                 cudaStream_t stream, Body body) {
     if (units > ((int64_t)1 << 30)) /* phase 2 indexes a tile's units with int */
         return rc_fail(RC_ERR_VALUE, "resample: rows of %lld vector units are too large for the "
                        "CUDA kernel", (long long)units);
-    /* ~2048 units per block: enough bytes in flight per block, and still many blocks */
+    /* Tile: ~2048 units of phase-2 work per block, at most 64 targets (so each gets >= 4 search
+     * lanes), and small enough that the grid covers every SM about 4 times. */
     int64_t tile = 2048 / (units > 0 ? units : 1);
-    if (tile < 1) tile = 1;
-    if (tile > kMaxTile) tile = kMaxTile;
+    const int64_t fill = (a.batch * a.targets + 4 * sm_count(device) - 1) / (4 * sm_count(device));
+    if (tile > 64) tile = 64;
+    if (tile > fill) tile = fill;
     if (tile > a.targets) tile = a.targets;
-    int64_t tiles_per_row = (a.targets + tile - 1) / tile;
-    int64_t blocks = a.batch * tiles_per_row;
+    if (tile < 1) tile = 1;
+    int L = 32;
+    while (L > 1 && (int64_t)L * tile > kThreads) L >>= 1;
+    const int64_t tiles_per_row = (a.targets + tile - 1) / tile;
+    const int64_t blocks = a.batch * tiles_per_row;
     if (blocks > INT32_MAX) return rc_fail(RC_ERR_VALUE, "resample: batch * targets too large");
-    resample_kernel<Body><<<(unsigned)blocks, kThreads, 0, stream>>>(a, (int)tile, tiles_per_row,
-                                                                   units, su, body);
+    resample_kernel<Body><<<(unsigned)blocks, kThreads, 0, stream>>>(a, (int)tile, L,
+                                                                   tiles_per_row, units, su, body);
     return RC_CUDA_CHECK(cudaGetLastError(), "resample kernel launch");
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-rc_status dispatch(const rc_resample_args &a, cudaStream_t s) {
+rc_status dispatch(const rc_resample_args &a, int dev, cudaStream_t s) {
     const int es = rc_dtype_size(a.values_dtype);
     const int64_t D = a.features, sd = a.values_stride_d;
     /* 16-byte units need every row start aligned: base, row strides and the row size */
@@ -211,34 +279,34 @@ rc_status dispatch(const rc_resample_args &a, cudaStream_t s) {
                      (a.offsets || (a.values_stride_b * es) % 16 == 0);
     if (a.mode == RC_SLERP) {
         switch (a.values_dtype) {
-        case RC_F32: return launch(a, D / 4, sd, s, SlerpBody<float, float>());
-        case RC_F64: return launch(a, D / 4, sd, s, SlerpBody<double, double>());
-        case RC_F16: return launch(a, D / 4, sd, s, SlerpBody<f16_t, float>());
-        default: return launch(a, D / 4, sd, s, SlerpBody<bf16_t, float>());
+        case RC_F32: return launch(a, D / 4, sd, dev, s, SlerpBody<float, float>());
+        case RC_F64: return launch(a, D / 4, sd, dev, s, SlerpBody<double, double>());
+        case RC_F16: return launch(a, D / 4, sd, dev, s, SlerpBody<f16_t, float>());
+        default: return launch(a, D / 4, sd, dev, s, SlerpBody<bf16_t, float>());
         }
     }
     if (a.mode == RC_LINEAR) {
         switch (a.values_dtype) {
         case RC_F32:
-            return vec ? launch(a, D / 4, 1, s, LerpBody<float, 4>())
-                       : launch(a, D, sd, s, LerpBody<float, 1>());
+            return vec ? launch(a, D / 4, 1, dev, s, LerpBody<float, 4>())
+                       : launch(a, D, sd, dev, s, LerpBody<float, 1>());
         case RC_F64:
-            return vec ? launch(a, D / 2, 1, s, LerpBody<double, 2>())
-                       : launch(a, D, sd, s, LerpBody<double, 1>());
+            return vec ? launch(a, D / 2, 1, dev, s, LerpBody<double, 2>())
+                       : launch(a, D, sd, dev, s, LerpBody<double, 1>());
         case RC_F16:
-            return vec ? launch(a, D / 8, 1, s, LerpBody<f16_t, 8>())
-                       : launch(a, D, sd, s, LerpBody<f16_t, 1>());
+            return vec ? launch(a, D / 8, 1, dev, s, LerpBody<f16_t, 8>())
+                       : launch(a, D, sd, dev, s, LerpBody<f16_t, 1>());
         default:
-            return vec ? launch(a, D / 8, 1, s, LerpBody<bf16_t, 8>())
-                       : launch(a, D, sd, s, LerpBody<bf16_t, 1>());
+            return vec ? launch(a, D / 8, 1, dev, s, LerpBody<bf16_t, 8>())
+                       : launch(a, D, sd, dev, s, LerpBody<bf16_t, 1>());
         }
     }
-    if (vec) return launch(a, D * es / 16, 1, s, CopyBody<uint4>());
+    if (vec) return launch(a, D * es / 16, 1, dev, s, CopyBody<uint4>());
     switch (es) {
-    case 1: return launch(a, D, sd, s, CopyBody<uint8_t>());
-    case 2: return launch(a, D, sd, s, CopyBody<uint16_t>());
-    case 4: return launch(a, D, sd, s, CopyBody<uint32_t>());
-    default: return launch(a, D, sd, s, CopyBody<unsigned long long>());
+    case 1: return launch(a, D, sd, dev, s, CopyBody<uint8_t>());
+    case 2: return launch(a, D, sd, dev, s, CopyBody<uint16_t>());
+    case 4: return launch(a, D, sd, dev, s, CopyBody<uint32_t>());
+    default: return launch(a, D, sd, dev, s, CopyBody<unsigned long long>());
     }
 }
 
@@ -300,7 +368,7 @@ extern "C" rc_status rc_resample_cuda(const rc_resample_args *args, int device, 
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;
-    st = dispatch(*args, (cudaStream_t)stream);
+    st = dispatch(*args, device, (cudaStream_t)stream);
     rc_status st2 = guard.leave();
     return st != RC_OK ? st : st2;
 }

@@ -152,24 +152,47 @@ struct SlerpBody {
 
 /* ---- phase 1: locate each target with a group of lanes ---- */
 
-/* (L+1)-ary search by a group of L lanes (a power of two <= 32, consecutive in a warp): each
- * step, every lane probes one of L split points at once, so finding the first t > x costs
- * log_{L+1}(n) dependent loads instead of log2(n). That latency, not bandwidth, bounds small
- * batches (times are usually cold in L2). Same answer as the binary search on the CPU.
- * Every lane of the warp calls it (ballots); lanes without a target pass active = false. */
+/* Finding, for each target, the first sample with t > x is a chain of dependent loads, and
+ * with times cold in L2 that latency (not bandwidth) bounds small batches. Two stages cut the
+ * chain to ~2 loads for rows up to ~10^4 samples:
+ * 1. the block (all its targets share one row) loads 256 evenly spaced splitters at once and
+ *    each target finds its bucket among them in shared memory;
+ * 2. a group of L lanes (a power of two <= 32, consecutive in a warp) searches the bucket,
+ *    each lane probing one of L split points per step, so a step divides the range by ~L+1.
+ * Step sizes are approximate on purpose (no integer division); the bounds stay exact, so the
+ * answer is the CPU's binary-search answer. Every lane of the block calls this. */
+constexpr int64_t kSplitMin = 4 * kThreads; /* shorter rows skip stage 1 */
+
 template <typename T>
-__device__ int64_t group_upper_bound(const T *t, int64_t st, int64_t n, T x, bool active, int L) {
+__device__ int64_t tile_upper_bound(const T *t, int64_t st, int64_t n, T x, bool active, int L,
+                                    T *s_split) {
+    int64_t lo = 0, hi = active ? n : 0; /* the answer is in [lo, hi] */
+    if (n > kSplitMin) {                 /* uniform across the block: same row */
+        const int64_t step0 = n / (kThreads + 1);
+        s_split[threadIdx.x] = t[(threadIdx.x + 1) * step0 * st];
+        __syncthreads();
+        if (active) {
+            int c = 0, e = kThreads; /* c = splitters <= x */
+            while (c < e) {
+                int m = (c + e) >> 1;
+                if (s_split[m] <= x) c = m + 1; else e = m;
+            }
+            if (c > 0) lo = c * step0 + 1;
+            if (c < kThreads) hi = (c + 1) * step0;
+        }
+    }
     const int lane = threadIdx.x & 31, k = lane & (L - 1), shift = lane & ~(L - 1);
     const unsigned bits = L == 32 ? 0xffffffffu : ((1u << L) - 1u);
-    int64_t lo = 0, hi = active ? n : 0; /* the answer is in [lo, hi] */
+    const float inv = 1.0f / (float)(L + 1);
     while (__any_sync(0xffffffffu, lo < hi)) {
         const int64_t len = hi - lo;
-        const int64_t p = lo + (int64_t)(k + 1) * len / (L + 1);
+        const int64_t step = max((int64_t)1, (int64_t)((float)len * inv));
+        const int64_t p = min(lo + (k + 1) * step, hi - 1);
         const bool le = lo < hi && t[p * st] <= x;
         const int cnt = __popc((__ballot_sync(0xffffffffu, le) >> shift) & bits);
         if (lo < hi) {
-            const int64_t nlo = cnt > 0 ? lo + (int64_t)cnt * len / (L + 1) + 1 : lo;
-            hi = cnt < L ? lo + (int64_t)(cnt + 1) * len / (L + 1) : hi;
+            const int64_t nlo = cnt > 0 ? min(lo + cnt * step, hi - 1) + 1 : lo;
+            hi = cnt < L ? min(lo + (cnt + 1) * step, hi - 1) : hi;
             lo = nlo;
         }
     }
@@ -177,19 +200,20 @@ __device__ int64_t group_upper_bound(const T *t, int64_t st, int64_t n, T x, boo
 }
 
 template <typename T>
-__device__ void locate_group(rc_locate *loc, const T *t, int64_t st, int64_t n, const T *xp,
-                             bool active, int L, rc_mode mode, double tol);
-#define RC_LOCATE_GROUP(T, FINISH)                                                              \
+__device__ void locate_tile(rc_locate *loc, const T *t, int64_t st, int64_t n, const T *xp,
+                            bool active, int L, rc_mode mode, double tol, void *s_split);
+#define RC_LOCATE_TILE(T, FINISH)                                                               \
     template <>                                                                                 \
-    __device__ void locate_group<T>(rc_locate * loc, const T *t, int64_t st, int64_t n,         \
-                                    const T *xp, bool active, int L, rc_mode mode, double tol) { \
+    __device__ void locate_tile<T>(rc_locate * loc, const T *t, int64_t st, int64_t n,          \
+                                   const T *xp, bool active, int L, rc_mode mode, double tol,   \
+                                   void *s_split) {                                             \
         const T x = active ? *xp : (T)0;                                                        \
-        const int64_t j = group_upper_bound<T>(t, st, n, x, active, L) - 1;                     \
+        const int64_t j = tile_upper_bound<T>(t, st, n, x, active, L, (T *)s_split) - 1;        \
         if (active) FINISH(loc, t, st, n, x, j, mode, tol);                                     \
     }
-RC_LOCATE_GROUP(float, rc_locate_f32_finish)
-RC_LOCATE_GROUP(double, rc_locate_f64_finish)
-RC_LOCATE_GROUP(int64_t, rc_locate_i64_finish)
+RC_LOCATE_TILE(float, rc_locate_f32_finish)
+RC_LOCATE_TILE(double, rc_locate_f64_finish)
+RC_LOCATE_TILE(int64_t, rc_locate_i64_finish)
 
 /* ---- the kernel: phase 1 (locate) is shared by every body ---- */
 
@@ -199,6 +223,7 @@ resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row
                 int64_t su, Body body) {
     __shared__ int64_t s_r0[kMaxTile], s_r1[kMaxTile];
     __shared__ double s_w[kMaxTile];
+    __shared__ double s_split[kThreads]; /* stage-1 splitters, as the times' type */
     const int64_t b = blockIdx.x / tiles_per_row;
     const int64_t t_begin = (blockIdx.x - b * tiles_per_row) * tile;
     const int count = (int)min((int64_t)tile, a.targets - t_begin);
@@ -214,14 +239,14 @@ resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row
                          (b * a.new_times_stride_b + (active ? t : 0) * a.new_times_stride_t) * tes;
         rc_locate loc;
         if (a.times_dtype == RC_F64)
-            locate_group<double>(&loc, (const double *)tp, a.times_stride_s, n,
-                                 (const double *)xp, active, L, a.mode, a.tolerance);
+            locate_tile<double>(&loc, (const double *)tp, a.times_stride_s, n, (const double *)xp,
+                                active, L, a.mode, a.tolerance, s_split);
         else if (a.times_dtype == RC_F32)
-            locate_group<float>(&loc, (const float *)tp, a.times_stride_s, n, (const float *)xp,
-                                active, L, a.mode, a.tolerance);
+            locate_tile<float>(&loc, (const float *)tp, a.times_stride_s, n, (const float *)xp,
+                               active, L, a.mode, a.tolerance, s_split);
         else
-            locate_group<int64_t>(&loc, (const int64_t *)tp, a.times_stride_s, n,
-                                  (const int64_t *)xp, active, L, a.mode, a.tolerance);
+            locate_tile<int64_t>(&loc, (const int64_t *)tp, a.times_stride_s, n,
+                                 (const int64_t *)xp, active, L, a.mode, a.tolerance, s_split);
         if (active && (threadIdx.x & (L - 1)) == 0) {
             if (a.is_pad) a.is_pad[b * a.targets + t] = loc.pad;
             s_r0[g] = loc.i0 < 0 ? -1 : v0 + loc.i0 * a.values_stride_s;

@@ -251,17 +251,52 @@ int rc_call_stream(rc_call *c, void **stream) {
     return 0;
 }
 
-/* Every array of a call must live on the device of the first one (values). */
-static int check_device(rc_call *c, const rc_tensor *v, const char *name) {
+/* The framework an array type belongs to ("torch", "numpy", "cupy"): the root of its module. */
+static void framework_name(char *buf, size_t n, PyTypeObject *tp) {
+    const char *name = tp->tp_name, *dot = strchr(name, '.');
+    PyObject *mod = NULL;
+    if (!dot) { /* heap types keep their module in __module__ */
+        mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
+        name = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+        if (!name) {
+            PyErr_Clear();
+            name = tp->tp_name;
+        }
+        dot = strchr(name, '.');
+    }
+    size_t len = dot ? (size_t)(dot - name) : strlen(name);
+    snprintf(buf, n, "%.*s", (int)(len < n ? len : n - 1), name);
+    Py_XDECREF(mod);
+}
+
+/* Every array of a call must come from the framework of the first one (values) and live on
+ * its device. Types sharing an exchange API (torch.Tensor, nn.Parameter) are one framework. */
+static int check_same(rc_call *c, const rc_tensor *v, PyObject *obj, const char *name) {
+    PyTypeObject *tp = Py_TYPE(obj);
     if (c->device_type == 0) {
         c->device_type = v->device_type;
         c->device_id = v->device_id;
+        c->first_name = name;
+        c->first_type = tp;
         return 0;
     }
+    if (tp != c->first_type) {
+        const DLPackExchangeAPI *a1 = exchange_api(c->st, c->first_type);
+        const DLPackExchangeAPI *a2 = exchange_api(c->st, tp);
+        char f1[64], f2[64];
+        framework_name(f1, sizeof f1, c->first_type);
+        framework_name(f2, sizeof f2, tp);
+        if ((a1 || a2) ? a1 != a2 : strcmp(f1, f2) != 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s is a %s array but %s is a %s array; pass arrays of one framework",
+                         name, f2, c->first_name, f1);
+            return -1;
+        }
+    }
     if (v->device_type != c->device_type || v->device_id != c->device_id) {
-        PyErr_Format(PyExc_ValueError, "%s is on %s:%d but values is on %s:%d", name,
-                     device_kind(v->device_type), v->device_id, device_kind(c->device_type),
-                     c->device_id);
+        PyErr_Format(PyExc_ValueError, "%s is on %s:%d but %s is on %s:%d", name,
+                     device_kind(v->device_type), v->device_id, c->first_name,
+                     device_kind(c->device_type), c->device_id);
         return -1;
     }
     return 0;
@@ -393,7 +428,7 @@ int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name
                      name, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    return check_device(c, view, name);
+    return check_same(c, view, obj, name);
 }
 
 int rc_import_contiguous(rc_call *c, rc_tensor *view, PyObject *obj, const char *name) {

@@ -44,6 +44,8 @@ typedef struct {
     rc_state *st;
     PyObject *stream_arg;          /* borrowed: stream= as given, or NULL */
     int device_type, device_id;    /* of the first array imported; device_type 0 = none yet */
+    const char *first_name;        /* argument name of that first array (a literal) */
+    PyTypeObject *first_type;      /* borrowed: its type, for the same-framework check */
     int have_stream;
     void *stream;                  /* resolved cudaStream_t for CUDA calls */
     const DLPackExchangeAPI *api;  /* exchange API of the first array, if any */

@@ -161,7 +161,7 @@ struct SlerpBody {
  *    each lane probing one of L split points per step, so a step divides the range by ~L+1.
  * Step sizes are approximate on purpose (no integer division); the bounds stay exact, so the
  * answer is the CPU's binary-search answer. Every lane of the block calls this. */
-constexpr int64_t kSplitMin = 4 * kThreads; /* shorter rows skip stage 1 */
+constexpr int64_t kSplitMin = 128; /* shorter rows skip stage 1: the group search alone takes <= 2 steps */
 
 template <typename T>
 __device__ int64_t tile_upper_bound(const T *t, int64_t st, int64_t n, T x, bool active, int L,
@@ -275,11 +275,11 @@ rc_status launch(const rc_resample_args &a, int64_t units, int64_t su, int devic
     if (units > ((int64_t)1 << 30)) /* phase 2 indexes a tile's units with int */
         return rc_fail(RC_ERR_VALUE, "resample: rows of %lld vector units are too large for the "
                        "CUDA kernel", (long long)units);
-    /* Tile: ~2048 units of phase-2 work per block, at most 64 targets (so each gets >= 4 search
-     * lanes), and small enough that the grid covers every SM about 4 times. */
+    /* Tile: ~2048 units of phase-2 work per block (so the search is amortized over enough
+     * bytes), at most 128 targets, and small enough that the grid covers every SM ~4 times. */
     int64_t tile = 2048 / (units > 0 ? units : 1);
     const int64_t fill = (a.batch * a.targets + 4 * sm_count(device) - 1) / (4 * sm_count(device));
-    if (tile > 64) tile = 64;
+    if (tile > 128) tile = 128;
     if (tile > fill) tile = fill;
     if (tile > a.targets) tile = a.targets;
     if (tile < 1) tile = 1;

@@ -2,8 +2,8 @@
 type with a message naming the argument, leaves the caller's arrays as they
 were, and the next good call still works.
 
-What is asserted about frameworks: numpy and torch CPU arguments may be mixed
-(everything is on the CPU; see test_resample.py::test_mixed_numpy_and_torch_cpu_arguments);
+What is asserted about frameworks: numpy and torch arguments may not be mixed, a TypeError
+naming the argument (test_resample.py::test_mixed_numpy_and_torch_arguments_rejected);
 arguments on another device than `values` are a ValueError naming the argument
 (test_resample_cuda.py, since it needs a GPU).
 """

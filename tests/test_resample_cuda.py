@@ -284,12 +284,18 @@ def cpu(a):
 
 DEVICE_MISMATCH = [
     ("times", lambda a: (a["values"], cpu(a["times"]), a["new_times"]), {}),
-    ("new_times", lambda a: (a["values"], a["times"], cpu(a["new_times"]).numpy()), {}),
+    ("new_times", lambda a: (a["values"], a["times"], cpu(a["new_times"])), {}),
     ("times", lambda a: (cpu(a["values"]), a["times"], cpu(a["new_times"])), {}),  # values on the CPU
     ("offsets", lambda a: (a["values"], a["times"], a["new_times"]), {"offsets": "cpu"}),
     ("index", lambda a: (a["values"], a["times"], a["new_times"]), {"index": "cpu"}),
     ("out", lambda a: (a["values"], a["times"], a["new_times"]), {"out": "cpu"}),
 ]
+
+
+def test_numpy_argument_with_cuda_values_is_a_framework_error(make_case):
+    a = make_case("dense", "float32", "float64", "linear", B=3, T=5).inputs("torch", "cuda")
+    with pytest.raises(TypeError, match=r"new_times is a numpy array but values is a torch array"):
+        robocache.resample(a["values"], a["times"], cpu(a["new_times"]).numpy())
 
 
 @pytest.mark.parametrize("name,build,moved", DEVICE_MISMATCH, ids=[f"{d[0]}-{i}" for i, d in enumerate(DEVICE_MISMATCH)])

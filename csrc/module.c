@@ -88,6 +88,8 @@ static PyMethodDef methods[] = {
      rc_resample_doc_text},
     {"voxelize", (PyCFunction)(void (*)(void))rc_py_voxelize, METH_FASTCALL | METH_KEYWORDS,
      rc_voxelize_doc_text},
+    {"fuse", (PyCFunction)(void (*)(void))rc_py_fuse, METH_FASTCALL | METH_KEYWORDS,
+     rc_fuse_doc_text},
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
@@ -125,6 +127,7 @@ static int exec_module(PyObject *m) {
     static const char *const vox_modes[5] = {"occupancy", "count", "sum", "mean", "max"};
     for (int i = 0; i < 5; i++)
         if (intern(&st->vox_mode_names[i], vox_modes[i])) return -1;
+    if (intern(&st->kw_streams, "streams") || intern(&st->kw_modes, "modes")) return -1;
 #ifdef RC_WITH_CUDA
     if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
 #else
@@ -171,6 +174,8 @@ static int clear(PyObject *m) {
     Py_CLEAR(st->kw_deterministic);
     Py_CLEAR(st->kw_return_dropped);
     for (int i = 0; i < 5; i++) Py_CLEAR(st->vox_mode_names[i]);
+    Py_CLEAR(st->kw_streams);
+    Py_CLEAR(st->kw_modes);
     return 0;
 }
 

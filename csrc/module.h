@@ -10,7 +10,7 @@
 #include "robocache.h"
 
 #define RC_API_CACHE 16   /* distinct array types remembered (torch.Tensor, Parameter, ...) */
-#define RC_MAX_IMPORTS 16 /* arrays one call may import or allocate */
+#define RC_MAX_IMPORTS 96 /* arrays one call may import or allocate (fuse: 3 per stream) */
 
 typedef struct {
     PyTypeObject *type;            /* strong ref */
@@ -31,6 +31,8 @@ typedef struct {
     PyObject *kw_points, *kw_features, *kw_grid, *kw_voxel_size, *kw_origin, *kw_dtype,
         *kw_deterministic, *kw_return_dropped;
     PyObject *vox_mode_names[5];   /* indexed by rc_vox_mode */
+    /* fuse (py_fuse.c) */
+    PyObject *kw_streams, *kw_modes;
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */
@@ -62,6 +64,9 @@ extern const char rc_resample_doc_text[];
 PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          PyObject *kwnames);
 extern const char rc_voxelize_doc_text[];
+PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *kwnames);
+extern const char rc_fuse_doc_text[];
 
 void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg);
 void rc_call_release(rc_call *c);

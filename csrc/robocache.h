@@ -192,6 +192,54 @@ rc_status rc_voxelize_cuda(const rc_voxelize_args *args, int device, void *strea
 rc_status rc_voxelize_check_cuda(rc_check_result *result, const rc_voxelize_args *args,
                                  int device, void *stream);
 
+/* ---- fuse: K resamples onto one timeline, concatenated on the feature axis ----------------- */
+
+#define RC_FUSE_MAX_STREAMS 16
+
+/* One stream of a fuse call: resample's per-series fields (rc_resample_args) plus where its
+ * D features land in the output row. Output row b reads dense row b, or ragged episode index[b]
+ * = samples [offsets[e], offsets[e+1]) of this stream (every stream has E episodes). */
+typedef struct {
+    const void *values;        /* dense [B, S, D], ragged [N, D]; dtype rc_fuse_args.values_dtype */
+    int64_t values_stride_b, values_stride_s, values_stride_d; /* elements; stride_b 0 if ragged */
+    const void *times;         /* dense [B, S], ragged [N]; dtype rc_fuse_args.times_dtype */
+    int64_t times_stride_b, times_stride_s;
+    const int64_t *offsets;    /* ragged: [E + 1]; NULL when dense */
+    int64_t offsets_stride;
+    int64_t samples;           /* dense: S per row; ragged: N in total */
+    int64_t features;          /* D (may be 0) */
+    int64_t column;            /* first output feature: sum of the D of the streams before */
+    rc_mode mode;
+} rc_fuse_stream;
+
+typedef struct {
+    /* outputs */
+    void *out;                 /* [B, T, F] C-contiguous, F = sum of D, dtype values_dtype */
+    uint8_t *is_pad;           /* [B, T, K] C-contiguous bool (K = num_streams), or NULL */
+    /* inputs shared by the streams (strides in elements) */
+    const void *new_times;     /* [B, T], dtype times_dtype */
+    int64_t new_times_stride_b, new_times_stride_t;
+    const int64_t *index;      /* ragged: [B] episode per output row; NULL when dense */
+    int64_t index_stride;
+    /* sizes and options */
+    int64_t batch;             /* B */
+    int64_t targets;           /* T */
+    int64_t out_features;      /* F */
+    int64_t episodes;          /* ragged: E, shared by every stream */
+    int32_t num_streams;       /* K, 1..RC_FUSE_MAX_STREAMS */
+    rc_dtype values_dtype;     /* one dtype for every stream (and out) */
+    rc_dtype times_dtype;      /* RC_F32, RC_F64 or RC_I64, every stream and new_times */
+    double tolerance;          /* is_pad margin in units of times (the glue scales ns) */
+    rc_fuse_stream streams[RC_FUSE_MAX_STREAMS]; /* passed to the CUDA kernel by value */
+} rc_fuse_args;
+
+/* Out columns [column, column + D) of stream k equal rc_resample_* of that stream alone, bit
+ * for bit (slerp on CUDA aside: libm vs CUDA math). Content is validated by the glue with
+ * rc_resample_check_* per stream. CPU: one parallel pass over (row, target) pairs. */
+rc_status rc_fuse_cpu(const rc_fuse_args *args, int num_threads);
+/* CUDA (cuda/fuse.cu): ONE kernel launch for all streams on `stream`; no host sync. */
+rc_status rc_fuse_cuda(const rc_fuse_args *args, int device, void *stream);
+
 /* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
 rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 0 */
 rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);

@@ -36,6 +36,20 @@ def voxelize(points: Any, *, features: Any | None = None, lengths: Any | None = 
              mode: VoxelMode = "occupancy", dtype: Any | None = None, out: Any | None = None,
              deterministic: bool = True, return_dropped: Literal[True],
              check: bool | None = None, stream: Any | None = None) -> tuple[Any, Any]: ...
+Stream = tuple[Any, Any] | tuple[Any, Any, Any]  # (values, times) or ragged (values, times, offsets)
+
+@overload
+def fuse(streams: list[Stream] | tuple[Stream, ...] | dict[Any, Stream], new_times: Any, *,
+         modes: Mode | list[Mode] | tuple[Mode, ...] | dict[Any, Mode] | None = None,
+         index: Any | None = None, out: Any | None = None, return_mask: Literal[False] = False,
+         tolerance: float = 1e-4, check: bool | None = None,
+         stream: Any | None = None) -> Any: ...
+@overload
+def fuse(streams: list[Stream] | tuple[Stream, ...] | dict[Any, Stream], new_times: Any, *,
+         modes: Mode | list[Mode] | tuple[Mode, ...] | dict[Any, Mode] | None = None,
+         index: Any | None = None, out: Any | None = None, return_mask: Literal[True],
+         tolerance: float = 1e-4, check: bool | None = None,
+         stream: Any | None = None) -> tuple[Any, Any]: ...
 def set_num_threads(n: int, /) -> None: ...
 def get_num_threads() -> int: ...
 def _build_info() -> dict[str, Any]: ...

@@ -7,9 +7,10 @@ calls run on multi-threaded C kernels.
 from . import _C
 from ._C import CudaError, get_num_threads, resample, set_num_threads
 from ._C import voxelize
+from ._C import fuse
 
 __version__ = _C.__version__
-__all__ = ["CudaError", "build_info", "cuda_available", "get_num_threads", "resample",
+__all__ = ["CudaError", "build_info", "cuda_available", "fuse", "get_num_threads", "resample",
            "set_num_threads", "voxelize"]
 
 

@@ -39,11 +39,27 @@ def find_nvcc():
     return None
 
 
-def cuda_lib_dir(cuda_home):
-    for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
-        if (cuda_home / sub / "libcudart_static.a").exists():
-            return cuda_home / sub
-    raise RuntimeError(f"libcudart_static.a not found under {cuda_home}")
+def cuda_homes(nvcc):
+    """Where the toolkit may live: CUDA_HOME, nvcc's own TOP (nvcc may be a wrapper script
+    elsewhere on PATH), its parent folder, /usr/local/cuda."""
+    homes = [Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    try:
+        dry = subprocess.run([str(nvcc), "--dryrun", "-c", "x.cu"], capture_output=True, text=True).stderr
+        top = re.search(r"^#\$ TOP=(.+)$", dry, re.M)
+        if top:
+            homes.append(Path(top[1].strip()).resolve())
+    except OSError:
+        pass
+    return homes + [nvcc.parent.parent, Path("/usr/local/cuda")]
+
+
+def cuda_lib_dir(nvcc):
+    homes = cuda_homes(nvcc)
+    for home in homes:
+        for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+            if (home / sub / "libcudart_static.a").exists():
+                return home / sub
+    raise RuntimeError(f"libcudart_static.a not found under any of {[str(h) for h in homes]}")
 
 
 def gencode_flags(archs):
@@ -64,9 +80,9 @@ class BuildExt(build_ext):
             ext.extra_link_args += ["-fsanitize=address,undefined"]
         if nvcc is not None:
             archs = [a.strip() for a in os.environ.get("ROBOCACHE_CUDA_ARCHS", DEFAULT_ARCHS).replace(",", ";").split(";") if a.strip()]
-            cuda_home = nvcc.parent.parent
+            lib_dir = cuda_lib_dir(nvcc)
             objects = self.compile_cuda(nvcc, archs)
-            ext.extra_objects += objects + [str(cuda_lib_dir(cuda_home) / "libcudart_static.a")]
+            ext.extra_objects += objects + [str(lib_dir / "libcudart_static.a")]
             ext.extra_link_args += ["-lstdc++", "-lrt", "-ldl", "-lpthread"]
             ext.define_macros += [("RC_WITH_CUDA", "1"), ("RC_CUDA_ARCHS", f'"{";".join(archs)}"')]
             print(f"robocache: CUDA build with {nvcc} for sm_{', sm_'.join(archs)}")

@@ -1095,7 +1095,7 @@ class OpBench:
 OPS: dict[str, OpBench] = {
     "resample": OpBench(configs=resample_configs, build=build_resample_case),
     "voxelize": OpBench(*__import__("robocache.bench_voxelize", fromlist=["OP"]).OP),  # robocache/bench_voxelize.py
-    # "fuse": OpBench(fuse_configs, build_fuse_case),
+    "fuse": OpBench(*__import__("robocache.bench_fuse", fromlist=["OP"]).OP),  # robocache/bench_fuse.py
 }
 
 

@@ -11,7 +11,6 @@ input that must name the stream and argument. The CUDA suite is tests/test_fuse_
 
 from __future__ import annotations
 
-import math
 import sys
 
 import numpy as np
@@ -19,8 +18,8 @@ import pytest
 
 import robocache
 from conftest import make_targets, make_times, make_values
-from reference import (ALL_DTYPES, COPY_MODES, FLOAT_DTYPES, SLERP_ATOL, TIME_DTYPES, assert_close,
-                       assert_equal, dtype_name, is_torch, poisoned, resample_ref, snapshot, to_numpy)
+from reference import (ALL_DTYPES, FLOAT_DTYPES, SLERP_ATOL, TIME_DTYPES, assert_close, assert_equal,
+                       dtype_name, poisoned, resample_ref, snapshot, to_numpy)
 
 try:
     import torch

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import robocache  # noqa: E402
 from reference import (ALL_DTYPES, FLOAT_DTYPES, TIME_DTYPES, assert_close, assert_equal,  # noqa: E402
                        poisoned, to_numpy)
-from test_fuse import FLOAT_MIX, INT_MIX, Fuse, separate  # noqa: E402
+from test_fuse import FLOAT_MIX, INT_MIX, Fuse  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 

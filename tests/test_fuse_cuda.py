@@ -104,7 +104,7 @@ def test_cuda_sizes(B, T_per, rng):
 
 def test_cuda_sixteen_streams(rng):
     modes = [FLOAT_MIX[k % 5] for k in range(16)]
-    feats = [(4 * (k % 3 + 1),) for k in range(16)]
+    feats = [(k % 3 + 1, 4) for k in range(16)]  # slerp streams need a last dim of 4
     run_case(Fuse(rng, "ragged", "float32", "float64", modes, feats=feats, B=20, T_per=4))
 
 

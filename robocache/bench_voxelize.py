@@ -49,6 +49,7 @@ once) to add the determinism ratio to voxelize results.
 from __future__ import annotations
 
 import functools
+import os
 import math
 import zlib
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ from typing import Any
 
 import numpy as np
 
-KITTI_SCAN = Path(__file__).resolve().parents[2] / "shared" / "data" / "pointclouds" / "kitti_000008.bin"
+KITTI_SCAN = (Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+              / "pointclouds" / "kitti_000008.bin")
 KITTI_JITTER_M = 0.02          # std of the per-copy jitter of the replicated scan (copy 0 is the raw scan)
 OUTSIDE_MARGIN = 0.03          # uniform points fill the grid's box grown by this fraction per side
 CLUSTERED_FRACTION = 0.5       # the rest are uniform

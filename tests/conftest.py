@@ -100,7 +100,8 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def DATA():
-    path = Path(__file__).resolve().parents[2] / "shared" / "data"
+    # ROBOCACHE_DATA points elsewhere (a GPU machine gets a copy carried with the tree)
+    path = Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
     if not path.is_dir():
         pytest.skip(f"real-data folder {path} is not present")
     return path

@@ -695,9 +695,8 @@ def test_mean_result_is_batch_invariant(make_vox):
 
 
 @pytest.fixture(scope="module")
-def kitti():
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[2] / "shared" / "data" / "pointclouds" / "kitti_000008.bin"
+def kitti(DATA):
+    path = DATA / "pointclouds" / "kitti_000008.bin"
     if not path.is_file():
         pytest.skip(f"KITTI scan {path} is not present")
     scan = np.fromfile(path, np.float32).reshape(-1, 4)

@@ -1,5 +1,6 @@
 /* module.h: what the CPython glue files share: module state, the per-call import context
- * (dlpack_bridge.c) and the error conversion. Kernel code never includes this. */
+ * (dlpack_bridge.c), the error conversion and the argument helpers (args.c).
+ * Kernel code never includes this. */
 #ifndef RC_MODULE_H
 #define RC_MODULE_H
 
@@ -94,5 +95,60 @@ PyObject *rc_raise_status(rc_state *st, rc_status status);
 
 const char *rc_dtype_name(rc_dtype dt);
 int rc_is_contiguous(const rc_tensor *v);
+
+/* ---- argument helpers (args.c): return 0, or -1 with the exception set, unless said ---- */
+
+/* 1 when an optional argument was not given or is None. */
+int rc_is_none(PyObject *o);
+/* An op's call signature, for rc_parse_slots and its error messages. */
+typedef struct {
+    const char *func;       /* "resample" */
+    const char *positional; /* "values, times, new_times" */
+    int max_positional;
+    const int *required;    /* slot indices that must be given */
+    int n_required;
+} rc_signature;
+/* Fastcall args to slot[0..n) by names (interned: pointers compared first); NULL = not given. */
+int rc_parse_slots(PyObject **slot, PyObject *const *names, int n, const rc_signature *sig,
+                   PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* Optional bool-ish argument: not given or None -> dflt, else its truth value. */
+int rc_parse_flag(int *flag, PyObject *obj, int dflt);
+/* Index of obj among 5 interned names (arg and "'a', 'b' or 'c'" name it in errors), or -1. */
+int rc_name_index(PyObject *obj, PyObject *const names[5], const char *arg, const char *choices);
+/* A resample mode name ('linear', ...); `name` is the argument it came from ("modes[2]"). */
+int rc_parse_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char *name);
+/* tolerance=: 1e-4 when not given or None, else a number >= 0 (seconds). */
+int rc_parse_tolerance(double *tolerance, PyObject *obj);
+/* Writes "[d0, d1, ...]" into buf (truncated to n) and returns buf. */
+const char *rc_dims_str(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Raises ValueError "<name>: expected <what>, got shape [...]"; returns -1. */
+int rc_shape_error(const rc_tensor *v, const char *name, const char *what);
+/* v has ndim dims, else rc_shape_error. */
+int rc_expect_ndim(const rc_tensor *v, int ndim, const char *name, const char *what);
+/* v has dtype dt, else TypeError naming both. */
+int rc_expect_dtype(const rc_tensor *v, rc_dtype dt, const char *name);
+/* v is a times dtype: float64 / float32 seconds or int64 nanoseconds. */
+int rc_expect_times_dtype(const rc_tensor *v, const char *name);
+/* values v has at least `lead` dims and starts with the shape of its times t. */
+int rc_expect_leading(const rc_tensor *v, const rc_tensor *t, int lead, const char *name,
+                      const char *times_name);
+/* linear and slerp need floating values. */
+int rc_expect_mode_dtype(rc_state *st, const rc_tensor *v, rc_mode mode, const char *name);
+/* slerp needs quaternions (x, y, z, w) in a last dim of 4 after the `lead` dims. */
+int rc_expect_quaternions(const rc_tensor *v, int lead, rc_mode mode, const char *name);
+/* Dims [first, ndim) of v as one strided dim: 1, or 0 (no exception) where they are not one. */
+int rc_flatten_trailing(int64_t *count, int64_t *stride, const rc_tensor *v, int first);
+/* out= (already imported) has exactly this shape and is C-contiguous. */
+int rc_expect_out(const rc_tensor *out, int ndim, const int64_t *shape);
+/* *out_obj (new ref): out= checked (writable, dt, shape, contiguous), else an array like `like`. */
+int rc_out_arg(rc_call *c, PyObject **out_obj, rc_tensor *out, PyObject *arg, PyObject *like,
+               int ndim, const int64_t *shape, rc_dtype dt);
+/* Content check of n resample arg sets (fuse: per stream, labels[k]) on the call's device. */
+int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, int n, int ragged,
+                      const char *const *labels);
+/* Raises CudaError "<name> is on cuda:<id> but this robocache was built without CUDA"; NULL. */
+PyObject *rc_no_cuda_error(rc_state *st, const char *name, int device_id);
+/* out alone, or (out, extra) when extra is not NULL; steals both references. */
+PyObject *rc_result(PyObject *out, PyObject *extra);
 
 #endif /* RC_MODULE_H */

@@ -60,65 +60,9 @@ static int parse_args(rc_state *st, PyObject **slot, PyObject *const *args, Py_s
     PyObject *const names[A_COUNT] = {st->kw_streams, st->kw_new_times, st->kw_modes,
                                       st->kw_index, st->kw_out, st->kw_return_mask,
                                       st->kw_tolerance, st->kw_check, st->kw_stream};
-    for (int i = 0; i < A_COUNT; i++) slot[i] = NULL;
-    if (nargs > 2) {
-        PyErr_Format(PyExc_TypeError,
-                     "fuse() takes 2 positional arguments (streams, new_times) but %zd were given",
-                     nargs);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++) slot[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int found = -1;
-        for (int i = 0; i < A_COUNT && found < 0; i++)
-            if (key == names[i]) found = i;
-        for (int i = 0; i < A_COUNT && found < 0; i++)
-            if (PyUnicode_Compare(key, names[i]) == 0) found = i;
-        if (found < 0) {
-            PyErr_Format(PyExc_TypeError, "fuse() got an unexpected keyword argument '%U'", key);
-            return -1;
-        }
-        if (slot[found]) {
-            PyErr_Format(PyExc_TypeError, "fuse() got multiple values for argument '%U'", key);
-            return -1;
-        }
-        slot[found] = args[nargs + k];
-    }
-    for (int i = 0; i < 2; i++)
-        if (!slot[i]) {
-            PyErr_Format(PyExc_TypeError, "fuse() missing required argument '%U'", names[i]);
-            return -1;
-        }
-    return 0;
-}
-
-static int is_none(PyObject *o) { return !o || o == Py_None; }
-
-static int parse_flag(int *flag, PyObject *obj, int dflt) {
-    if (!obj || obj == Py_None) { *flag = dflt; return 0; }
-    int v = PyObject_IsTrue(obj);
-    if (v < 0) return -1;
-    *flag = v;
-    return 0;
-}
-
-/* One mode string; `name` says where it came from ("modes", "modes[2]", "modes['imu']"). */
-static int parse_one_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char *name) {
-    for (int m = 0; m < 5; m++)
-        if (obj == st->mode_names[m]) { *mode = (rc_mode)m; return 0; }
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a str such as 'linear', got %.100s", name,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    for (int m = 0; m < 5; m++)
-        if (PyUnicode_Compare(obj, st->mode_names[m]) == 0) { *mode = (rc_mode)m; return 0; }
-    PyErr_Format(PyExc_ValueError,
-                 "%s: expected 'linear', 'nearest', 'previous', 'next' or 'slerp', got %R", name,
-                 obj);
-    return -1;
+    static const int required[] = {A_STREAMS, A_NEW_TIMES};
+    static const rc_signature sig = {"fuse", "streams, new_times", 2, required, 2};
+    return rc_parse_slots(slot, names, A_COUNT, &sig, args, nargs, kwnames);
 }
 
 /* modes: None (all linear), a str for all, a list/tuple of K, or (dict streams) a dict
@@ -126,9 +70,9 @@ static int parse_one_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char
 static int parse_modes(rc_state *st, rc_mode *modes, PyObject *obj, int K, PyObject **keys,
                        const char (*labels)[LABEL_LEN]) {
     for (int k = 0; k < K; k++) modes[k] = RC_LINEAR;
-    if (is_none(obj)) return 0;
+    if (rc_is_none(obj)) return 0;
     if (PyUnicode_Check(obj)) {
-        if (parse_one_mode(st, &modes[0], obj, "modes") != 0) return -1;
+        if (rc_parse_mode(st, &modes[0], obj, "modes") != 0) return -1;
         for (int k = 1; k < K; k++) modes[k] = modes[0];
         return 0;
     }
@@ -142,7 +86,7 @@ static int parse_modes(rc_state *st, rc_mode *modes, PyObject *obj, int K, PyObj
         }
         for (int k = 0; k < K; k++) {
             snprintf(name, sizeof name, "modes[%d]", k);
-            if (parse_one_mode(st, &modes[k], PySequence_Fast_GET_ITEM(obj, k), name) != 0)
+            if (rc_parse_mode(st, &modes[k], PySequence_Fast_GET_ITEM(obj, k), name) != 0)
                 return -1;
         }
         return 0;
@@ -168,7 +112,7 @@ static int parse_modes(rc_state *st, rc_mode *modes, PyObject *obj, int K, PyObj
                 return -1;
             }
             snprintf(name, sizeof name, "modes for %s", labels[found]);
-            if (parse_one_mode(st, &modes[found], val, name) != 0) return -1;
+            if (rc_parse_mode(st, &modes[found], val, name) != 0) return -1;
         }
         return 0;
     }
@@ -176,52 +120,6 @@ static int parse_modes(rc_state *st, rc_mode *modes, PyObject *obj, int K, PyObj
                  "modes: expected None, a str, a list of str or a dict name -> str, got %.100s",
                  Py_TYPE(obj)->tp_name);
     return -1;
-}
-
-static const char *dims_str(char *buf, size_t n, const rc_tensor *v) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < v->ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)v->shape[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-    return buf;
-}
-
-static int expect_ndim(const rc_tensor *v, int ndim, const char *name, const char *what) {
-    if (v->ndim == ndim) return 0;
-    char s[128];
-    PyErr_Format(PyExc_ValueError, "%s: expected %s, got shape %s", name, what,
-                 dims_str(s, sizeof s, v));
-    return -1;
-}
-
-static int expect_dtype(const rc_tensor *v, rc_dtype dt, const char *name) {
-    if (v->dtype == dt) return 0;
-    PyErr_Format(PyExc_TypeError, "%s: expected dtype %s, got %s", name, rc_dtype_name(dt),
-                 rc_dtype_name(v->dtype));
-    return -1;
-}
-
-/* Flattens dims [first, ndim) of v into one strided dim; 0 if they do not form one. */
-static int flatten_trailing(int64_t *count, int64_t *stride, const rc_tensor *v, int first) {
-    *count = 1;
-    *stride = 1;
-    int64_t inner_stride = 0, inner_extent = 0;
-    int have = 0;
-    for (int d = v->ndim - 1; d >= first; d--) *count *= v->shape[d];
-    if (*count == 0) return 1;
-    for (int d = v->ndim - 1; d >= first; d--) {
-        if (v->shape[d] == 1) continue;
-        if (!have) {
-            inner_stride = v->strides[d];
-            inner_extent = v->shape[d];
-            *stride = inner_stride;
-            have = 1;
-        } else {
-            if (v->strides[d] != inner_stride * inner_extent) return 0;
-            inner_extent *= v->shape[d];
-        }
-    }
-    return 1;
 }
 
 /* Stream k as a resample call, for the content checks of rc_resample_check_*. */
@@ -251,38 +149,6 @@ static void as_resample(rc_resample_args *ra, const rc_fuse_args *fa, int k) {
     ra->times_dtype = fa->times_dtype;
     ra->mode = s->mode;
     ra->tolerance = fa->tolerance;
-}
-
-static void content_error(const rc_check_result *r, const rc_resample_args *a, int ragged,
-                          const char *label) {
-    char where[96];
-    if (ragged)
-        snprintf(where, sizeof where, "episode %lld (output row %lld)",
-                 (long long)(a->index ? a->index[r->row * a->index_stride] : r->row),
-                 (long long)r->row);
-    else
-        snprintf(where, sizeof where, "row %lld", (long long)r->row);
-    switch (r->kind) {
-    case RC_CHECK_TIMES_UNSORTED:
-        PyErr_Format(PyExc_ValueError,
-                     "%s times must be non-decreasing per row: %s decreases at sample %lld",
-                     label, where, (long long)r->i);
-        break;
-    case RC_CHECK_TIMES_NONFINITE:
-        PyErr_Format(PyExc_ValueError, "%s times must be finite: %s has NaN/inf at sample %lld",
-                     label, where, (long long)r->i);
-        break;
-    case RC_CHECK_OFFSETS:
-        PyErr_Format(PyExc_ValueError,
-                     "%s offsets must start at 0, never decrease and end at N=%lld (len(times)); "
-                     "bad at position %lld",
-                     label, (long long)a->samples, (long long)r->row);
-        break;
-    default: /* RC_CHECK_INDEX: the only other kind without lengths */
-        PyErr_Format(PyExc_ValueError, "index[%lld] is outside [0, %lld) (episodes)",
-                     (long long)r->row, (long long)a->episodes);
-        break;
-    }
 }
 
 PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -365,25 +231,17 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     /* ---- options ---- */
     rc_mode modes[K_MAX];
     int return_mask, check;
-    double tolerance = 1e-4;
+    double tolerance;
     if (parse_modes(st, modes, a_[A_MODES], (int)K, keys, labels) != 0) return NULL;
-    if (parse_flag(&return_mask, a_[A_RETURN_MASK], 0) != 0) return NULL;
-    if (!is_none(a_[A_TOLERANCE])) {
-        tolerance = PyFloat_AsDouble(a_[A_TOLERANCE]);
-        if (tolerance == -1.0 && PyErr_Occurred()) return NULL;
-        if (!(tolerance >= 0.0)) {
-            PyErr_Format(PyExc_ValueError, "tolerance: expected a number >= 0, got %R",
-                         a_[A_TOLERANCE]);
-            return NULL;
-        }
-    }
-    if (ragged && is_none(a_[A_INDEX])) {
+    if (rc_parse_flag(&return_mask, a_[A_RETURN_MASK], 0) != 0) return NULL;
+    if (rc_parse_tolerance(&tolerance, a_[A_TOLERANCE]) != 0) return NULL;
+    if (ragged && rc_is_none(a_[A_INDEX])) {
         PyErr_SetString(PyExc_ValueError,
                         "index: ragged streams (values, times, offsets) need index [B], the "
                         "episode of each output row");
         return NULL;
     }
-    if (!ragged && !is_none(a_[A_INDEX])) {
+    if (!ragged && !rc_is_none(a_[A_INDEX])) {
         PyErr_SetString(PyExc_ValueError,
                         "index: only for ragged streams, given as (values, times, offsets) "
                         "triples");
@@ -393,12 +251,12 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     rc_call call;
     rc_call_init(&call, st, a_[A_STREAM]);
     rc_tensor values[K_MAX], times[K_MAX], offsets[K_MAX], new_times, index, out, mask;
-    PyObject *out_obj = NULL, *mask_obj = NULL, *result = NULL;
+    PyObject *out_obj = NULL, *mask_obj = NULL;
     rc_fuse_args fa;
     memset(&fa, 0, sizeof fa);
     fa.num_streams = (int32_t)K;
     int unbatched = 0;
-    char s1[128], s2[128];
+    char s1[128];
 
     /* values of stream 0 first: its framework and device are the call's */
     for (Py_ssize_t k = 0; k < K; k++) {
@@ -411,13 +269,7 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     if (rc_import_array(&call, &new_times, a_[A_NEW_TIMES], "new_times", 0) != 0) goto fail;
 
     /* ---- dtypes: one times dtype, one values dtype ---- */
-    if (new_times.dtype != RC_F64 && new_times.dtype != RC_F32 && new_times.dtype != RC_I64) {
-        PyErr_Format(PyExc_TypeError,
-                     "new_times: expected float64 or float32 seconds, or int64 nanoseconds; "
-                     "got %s",
-                     rc_dtype_name(new_times.dtype));
-        goto fail;
-    }
+    if (rc_expect_times_dtype(&new_times, "new_times")) goto fail;
     fa.times_dtype = new_times.dtype;
     fa.values_dtype = values[0].dtype;
     for (Py_ssize_t k = 0; k < K; k++) {
@@ -435,21 +287,14 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                          rc_dtype_name(fa.values_dtype));
             goto fail;
         }
-        if ((modes[k] == RC_LINEAR || modes[k] == RC_SLERP) &&
-            !rc_dtype_is_float(values[k].dtype)) {
-            PyErr_Format(PyExc_TypeError,
-                         "%s: mode '%U' needs a floating dtype, got %s (use 'nearest', "
-                         "'previous' or 'next' for integer and bool streams)",
-                         names[k][0], st->mode_names[modes[k]], rc_dtype_name(values[k].dtype));
-            goto fail;
-        }
+        if (rc_expect_mode_dtype(st, &values[k], modes[k], names[k][0])) goto fail;
     }
 
     /* ---- shapes: the form, B and T, then each stream ---- */
     if (ragged) {
         if (rc_import_array(&call, &index, a_[A_INDEX], "index", 0) != 0) goto fail;
-        if (expect_dtype(&index, RC_I64, "index") || expect_ndim(&index, 1, "index", "[B]") ||
-            expect_ndim(&new_times, 2, "new_times", "[B, T] (ragged streams)"))
+        if (rc_expect_dtype(&index, RC_I64, "index") || rc_expect_ndim(&index, 1, "index", "[B]") ||
+            rc_expect_ndim(&new_times, 2, "new_times", "[B, T] (ragged streams)"))
             goto fail;
         fa.batch = index.shape[0];
         fa.index = (const int64_t *)index.data;
@@ -466,7 +311,7 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         fa.batch = 1;
     } else {
         PyErr_Format(PyExc_ValueError, "new_times: expected [B, T] or [T], got shape %s",
-                     dims_str(s1, sizeof s1, &new_times));
+                     rc_dims_str(s1, sizeof s1, new_times.ndim, new_times.shape));
         goto fail;
     }
     fa.new_times = new_times.data;
@@ -482,9 +327,9 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
         int lead;
         if (ragged) {
             const rc_tensor *o = &offsets[k];
-            if (expect_dtype(o, RC_I64, names[k][2]) ||
-                expect_ndim(o, 1, names[k][2], "[E+1]") ||
-                expect_ndim(t, 1, names[k][1], "[N] for a ragged stream"))
+            if (rc_expect_dtype(o, RC_I64, names[k][2]) ||
+                rc_expect_ndim(o, 1, names[k][2], "[E+1]") ||
+                rc_expect_ndim(t, 1, names[k][1], "[N] for a ragged stream"))
                 goto fail;
             if (o->shape[0] < 1) {
                 PyErr_Format(PyExc_ValueError, "%s: expected [E+1] with at least one entry",
@@ -506,16 +351,17 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             s->times_stride_s = t->strides[0];
             lead = 1;
         } else if (unbatched) {
-            if (expect_ndim(t, 1, names[k][1], "[S] (new_times is [T])")) goto fail;
+            if (rc_expect_ndim(t, 1, names[k][1], "[S] (new_times is [T])")) goto fail;
             s->samples = t->shape[0];
             s->times_stride_s = t->strides[0];
             lead = 1;
         } else {
-            if (expect_ndim(t, 2, names[k][1], "[B, S] (new_times is [B, T])")) goto fail;
+            if (rc_expect_ndim(t, 2, names[k][1], "[B, S] (new_times is [B, T])")) goto fail;
             if (t->shape[0] != fa.batch) {
                 PyErr_Format(PyExc_ValueError,
                              "%s: expected %lld rows (the rows of new_times), got shape %s",
-                             names[k][1], (long long)fa.batch, dims_str(s1, sizeof s1, t));
+                             names[k][1], (long long)fa.batch,
+                             rc_dims_str(s1, sizeof s1, t->ndim, t->shape));
                 goto fail;
             }
             s->samples = t->shape[1];
@@ -523,29 +369,12 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
             s->times_stride_s = t->strides[1];
             lead = 2;
         }
-        if (v->ndim < lead) {
-            PyErr_Format(PyExc_ValueError, "%s: expected at least %d dims, got shape %s",
-                         names[k][0], lead, dims_str(s1, sizeof s1, v));
+        if (rc_expect_leading(v, t, lead, names[k][0], "its times") ||
+            rc_expect_quaternions(v, lead, modes[k], names[k][0]))
             goto fail;
-        }
-        for (int d = 0; d < lead; d++)
-            if (v->shape[d] != t->shape[d]) {
-                PyErr_Format(PyExc_ValueError,
-                             "%s: shape %s does not start with the shape of its times %s",
-                             names[k][0], dims_str(s1, sizeof s1, v),
-                             dims_str(s2, sizeof s2, t));
-                goto fail;
-            }
-        if (modes[k] == RC_SLERP && (v->ndim == lead || v->shape[v->ndim - 1] != 4)) {
-            PyErr_Format(PyExc_ValueError,
-                         "%s: mode 'slerp' needs quaternions (x, y, z, w) in a last dim of 4, "
-                         "got shape %s",
-                         names[k][0], dims_str(s1, sizeof s1, v));
-            goto fail;
-        }
-        if (!flatten_trailing(&s->features, &s->values_stride_d, v, lead)) {
+        if (!rc_flatten_trailing(&s->features, &s->values_stride_d, v, lead)) {
             if (rc_import_contiguous(&call, v, parts[k][0], names[k][0]) != 0) goto fail;
-            flatten_trailing(&s->features, &s->values_stride_d, v, lead);
+            rc_flatten_trailing(&s->features, &s->values_stride_d, v, lead);
         }
         s->values = v->data;
         s->values_stride_s = v->strides[lead - 1];
@@ -566,29 +395,9 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     memcpy(pad_shape, out_shape, sizeof(int64_t) * (size_t)out_ndim);
     pad_shape[out_ndim] = K;
     out_shape[out_ndim++] = F;
-    if (!is_none(a_[A_OUT])) {
-        if (rc_import_array(&call, &out, a_[A_OUT], "out", 1) != 0) goto fail;
-        if (expect_dtype(&out, fa.values_dtype, "out")) goto fail;
-        int same = out.ndim == out_ndim;
-        for (int d = 0; same && d < out_ndim; d++) same = out.shape[d] == out_shape[d];
-        if (!same) {
-            rc_tensor want = out;
-            want.ndim = out_ndim;
-            memcpy(want.shape, out_shape, sizeof(int64_t) * (size_t)out_ndim);
-            PyErr_Format(PyExc_ValueError, "out: expected shape %s, got %s",
-                         dims_str(s2, sizeof s2, &want), dims_str(s1, sizeof s1, &out));
-            goto fail;
-        }
-        if (!rc_is_contiguous(&out)) {
-            PyErr_SetString(PyExc_ValueError, "out: must be C-contiguous");
-            goto fail;
-        }
-        out_obj = a_[A_OUT];
-        Py_INCREF(out_obj);
-    } else if (rc_alloc_array(&call, &out_obj, &out, parts[0][0], out_ndim, out_shape,
-                              fa.values_dtype) != 0) {
+    if (rc_out_arg(&call, &out_obj, &out, a_[A_OUT], parts[0][0], out_ndim, out_shape,
+                   fa.values_dtype) != 0)
         goto fail;
-    }
     fa.out = out.data;
     if (return_mask) {
         if (rc_alloc_array(&call, &mask_obj, &mask, parts[0][0], out_ndim, pad_shape,
@@ -599,23 +408,18 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 
     /* ---- content check (per stream, as resample) and dispatch ---- */
     const int on_cuda = call.device_type == RC_DEVICE_CUDA;
-    if (parse_flag(&check, a_[A_CHECK], 0) != 0) goto fail;
-    check = check || !on_cuda;
-    rc_status status = RC_OK;
-    rc_check_result verdict = {0, 0, 0};
-    rc_resample_args ra;
-    if (!on_cuda) {
-        for (Py_ssize_t k = 0; k < K && check; k++) {
-            as_resample(&ra, &fa, (int)k);
-            Py_BEGIN_ALLOW_THREADS
-            status = rc_resample_check_cpu(&verdict, &ra);
-            Py_END_ALLOW_THREADS
-            if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
-            if (verdict.kind != RC_CHECK_OK) {
-                content_error(&verdict, &ra, ragged, labels[k]);
-                goto fail;
-            }
+    if (rc_parse_flag(&check, a_[A_CHECK], 0) != 0) goto fail;
+    if (check || !on_cuda) {
+        rc_resample_args ras[K_MAX];
+        const char *label_of[K_MAX];
+        for (Py_ssize_t k = 0; k < K; k++) {
+            as_resample(&ras[k], &fa, (int)k);
+            label_of[k] = labels[k];
         }
+        if (rc_check_resample(&call, parts[0][0], ras, (int)K, ragged, label_of) != 0) goto fail;
+    }
+    rc_status status = RC_OK;
+    if (!on_cuda) {
         if (fa.batch * fa.targets > 0) {
             int nt = st->num_threads;
             Py_BEGIN_ALLOW_THREADS
@@ -626,52 +430,20 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 #ifdef RC_WITH_CUDA
         void *stream;
         if (rc_call_stream(&call, &stream) != 0) goto fail;
-        if (check) {
-            PyObject *scratch_obj = NULL;
-            rc_tensor scratch;
-            int64_t three = 3;
-            if (rc_alloc_array(&call, &scratch_obj, &scratch, parts[0][0], 1, &three,
-                               RC_I64) != 0)
-                goto fail;
-            for (Py_ssize_t k = 0; k < K && status == RC_OK && verdict.kind == RC_CHECK_OK;
-                 k++) {
-                as_resample(&ra, &fa, (int)k);
-                Py_BEGIN_ALLOW_THREADS
-                status = rc_resample_check_cuda(&verdict, (int64_t *)scratch.data, &ra,
-                                                call.device_id, stream);
-                Py_END_ALLOW_THREADS
-                if (status == RC_OK && verdict.kind != RC_CHECK_OK) {
-                    ra.index = NULL; /* index values live on the device: report the row */
-                    content_error(&verdict, &ra, ragged, labels[k]);
-                }
-            }
-            Py_DECREF(scratch_obj);
-            if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
-            if (verdict.kind != RC_CHECK_OK) goto fail;
-        }
         if (fa.batch * fa.targets > 0) {
             Py_BEGIN_ALLOW_THREADS
             status = rc_fuse_cuda(&fa, call.device_id, stream);
             Py_END_ALLOW_THREADS
         }
 #else
-        PyErr_Format(st->CudaError,
-                     "%s is on cuda:%d but this robocache was built without CUDA; reinstall "
-                     "with nvcc on PATH (or CUDA_HOME set, or ROBOCACHE_CUDA=1)",
-                     names[0][0], call.device_id);
+        rc_no_cuda_error(st, names[0][0], call.device_id);
         goto fail;
 #endif
     }
     if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
 
     rc_call_release(&call);
-    if (return_mask) {
-        result = PyTuple_Pack(2, out_obj, mask_obj);
-        Py_DECREF(out_obj);
-        Py_DECREF(mask_obj);
-        return result;
-    }
-    return out_obj;
+    return rc_result(out_obj, mask_obj); /* (out, is_pad) with return_mask */
 
 fail:
     rc_call_release(&call);

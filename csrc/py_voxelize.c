@@ -67,80 +67,26 @@ static int parse_args(rc_state *st, PyObject **slot, PyObject *const *args, Py_s
                                       st->kw_origin, st->kw_mode, st->kw_dtype, st->kw_out,
                                       st->kw_deterministic, st->kw_return_dropped,
                                       st->kw_check, st->kw_stream};
-    for (int i = 0; i < A_COUNT; i++) slot[i] = NULL;
-    if (nargs > 1) {
-        PyErr_Format(PyExc_TypeError,
-                     "voxelize() takes 1 positional argument (points) but %zd were given; pass "
-                     "the others by keyword",
-                     nargs);
-        return -1;
-    }
-    if (nargs == 1) slot[A_POINTS] = args[0];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        int found = -1;
-        for (int i = 0; i < A_COUNT && found < 0; i++)
-            if (key == names[i]) found = i;
-        for (int i = 0; i < A_COUNT && found < 0; i++)
-            if (PyUnicode_Compare(key, names[i]) == 0) found = i;
-        if (found < 0) {
-            PyErr_Format(PyExc_TypeError, "voxelize() got an unexpected keyword argument '%U'",
-                         key);
-            return -1;
-        }
-        if (slot[found]) {
-            PyErr_Format(PyExc_TypeError, "voxelize() got multiple values for argument '%U'",
-                         key);
-            return -1;
-        }
-        slot[found] = args[nargs + k];
-    }
     static const int required[] = {A_POINTS, A_GRID, A_VOXEL_SIZE, A_ORIGIN};
-    for (int i = 0; i < 4; i++)
-        if (!slot[required[i]]) {
-            PyErr_Format(PyExc_TypeError, "voxelize() missing required argument '%U'",
-                         names[required[i]]);
-            return -1;
-        }
-    return 0;
-}
-
-static int is_none(PyObject *o) { return !o || o == Py_None; }
-
-static int parse_flag(int *flag, PyObject *obj, int dflt) {
-    if (is_none(obj)) { *flag = dflt; return 0; }
-    int v = PyObject_IsTrue(obj);
-    if (v < 0) return -1;
-    *flag = v;
-    return 0;
+    static const rc_signature sig = {"voxelize", "points", 1, required, 4};
+    return rc_parse_slots(slot, names, A_COUNT, &sig, args, nargs, kwnames);
 }
 
 static int parse_mode(rc_state *st, rc_vox_mode *mode, PyObject *obj) {
     *mode = RC_VOX_OCCUPANCY;
     if (!obj) return 0;
-    for (int m = 0; m < 5; m++)
-        if (obj == st->vox_mode_names[m]) { *mode = (rc_vox_mode)m; return 0; }
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "mode: expected a str such as 'occupancy', got %.100s",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    for (int m = 0; m < 5; m++)
-        if (PyUnicode_Compare(obj, st->vox_mode_names[m]) == 0) {
-            *mode = (rc_vox_mode)m;
-            return 0;
-        }
-    PyErr_Format(PyExc_ValueError,
-                 "mode: expected 'occupancy', 'count', 'sum', 'mean' or 'max', got %R", obj);
-    return -1;
+    int m = rc_name_index(obj, st->vox_mode_names, "mode",
+                          "'occupancy', 'count', 'sum', 'mean' or 'max'");
+    if (m < 0) return -1;
+    *mode = (rc_vox_mode)m;
+    return 0;
 }
 
 /* dtype= as a str ('uint8'), a numpy dtype or type (np.uint8), a torch dtype (torch.uint8) or
  * the Python type bool. *dt = -1 for None. */
 static int parse_dtype(int *dt, PyObject *obj) {
     *dt = -1;
-    if (is_none(obj)) return 0;
+    if (rc_is_none(obj)) return 0;
     PyObject *s = NULL;
     if (PyUnicode_Check(obj)) {
         s = obj;
@@ -244,27 +190,10 @@ static int parse_grid(int64_t g[3], PyObject *obj) {
     return rc;
 }
 
-static const char *dims_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-    return buf;
-}
-
 static int expect_int64_vector(const rc_tensor *v, const char *name, int64_t len,
                                const char *what) {
-    if (v->dtype != RC_I64) {
-        PyErr_Format(PyExc_TypeError, "%s: expected dtype int64, got %s", name,
-                     rc_dtype_name(v->dtype));
-        return -1;
-    }
-    if (v->ndim != 1 || (len >= 0 && v->shape[0] != len)) {
-        char s[128];
-        PyErr_Format(PyExc_ValueError, "%s: expected %s, got shape %s", name, what,
-                     dims_str(s, sizeof s, v->ndim, v->shape));
-        return -1;
-    }
+    if (rc_expect_dtype(v, RC_I64, name)) return -1;
+    if (v->ndim != 1 || (len >= 0 && v->shape[0] != len)) return rc_shape_error(v, name, what);
     return 0;
 }
 
@@ -283,7 +212,7 @@ static int allocate_named(rc_call *c, PyObject **obj, rc_tensor *view, PyObject 
         PyErr_Fetch(&type, &value, &tb);
         char s[160];
         PyErr_Format(PyExc_MemoryError, "%s: cannot allocate %s %s: %S", what,
-                     rc_dtype_name(dt), dims_str(s, sizeof s, ndim, shape),
+                     rc_dtype_name(dt), rc_dims_str(s, sizeof s, ndim, shape),
                      value ? value : Py_None);
         Py_XDECREF(type);
         Py_XDECREF(value);
@@ -308,8 +237,8 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
     rc_voxelize_args va;
     memset(&va, 0, sizeof va);
     if (parse_mode(st, &mode, a_[A_MODE]) != 0 || parse_dtype(&dtype_arg, a_[A_DTYPE]) != 0 ||
-        parse_flag(&deterministic, a_[A_DETERMINISTIC], 1) != 0 ||
-        parse_flag(&return_dropped, a_[A_RETURN_DROPPED], 0) != 0 ||
+        rc_parse_flag(&deterministic, a_[A_DETERMINISTIC], 1) != 0 ||
+        rc_parse_flag(&return_dropped, a_[A_RETURN_DROPPED], 0) != 0 ||
         parse_grid(va.grid, a_[A_GRID]) != 0 ||
         parse_vec3(va.voxel_size, a_[A_VOXEL_SIZE], "voxel_size", 1) != 0 ||
         parse_vec3(va.origin, a_[A_ORIGIN], "origin", 0) != 0)
@@ -327,21 +256,21 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
         }
     }
     const int feat_mode = mode >= RC_VOX_SUM;
-    const int ragged = !is_none(a_[A_OFFSETS]);
-    if (ragged && !is_none(a_[A_LENGTHS])) {
+    const int ragged = !rc_is_none(a_[A_OFFSETS]);
+    if (ragged && !rc_is_none(a_[A_LENGTHS])) {
         PyErr_SetString(PyExc_ValueError,
                         "lengths: only for the dense form [B, N, 3]; ragged clouds are delimited "
                         "by offsets");
         return NULL;
     }
-    if (feat_mode && is_none(a_[A_FEATURES])) {
+    if (feat_mode && rc_is_none(a_[A_FEATURES])) {
         PyErr_Format(PyExc_ValueError,
                      "features: mode '%U' reduces features per voxel; pass features [B, N, F] "
                      "(or [P, F] with offsets)",
                      st->vox_mode_names[mode]);
         return NULL;
     }
-    if (!feat_mode && !is_none(a_[A_FEATURES])) {
+    if (!feat_mode && !rc_is_none(a_[A_FEATURES])) {
         PyErr_Format(PyExc_ValueError,
                      "features: mode '%U' does not use features; use mode 'sum', 'mean' or "
                      "'max'",
@@ -352,7 +281,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
     rc_call call;
     rc_call_init(&call, st, a_[A_STREAM]);
     rc_tensor points, features, lengths, offsets, out, dropped, ws;
-    PyObject *out_obj = NULL, *dropped_obj = NULL, *ws_obj = NULL, *result = NULL;
+    PyObject *out_obj = NULL, *dropped_obj = NULL, *ws_obj = NULL;
     char s1[160], s2[160];
 
     if (rc_import_array(&call, &points, a_[A_POINTS], "points", 0) != 0) goto fail;
@@ -368,23 +297,23 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
         if (points.ndim != 2) {
             PyErr_Format(PyExc_ValueError,
                          "points: the ragged form (offsets given) expects [P, 3], got shape %s",
-                         dims_str(s1, sizeof s1, points.ndim, points.shape));
+                         rc_dims_str(s1, sizeof s1, points.ndim, points.shape));
             goto fail;
         }
         unbatched = !ragged;
     } else if (points.ndim != 3) {
         PyErr_Format(PyExc_ValueError,
                      "points: expected [B, N, 3], [N, 3], or [P, 3] with offsets; got shape %s",
-                     dims_str(s1, sizeof s1, points.ndim, points.shape));
+                     rc_dims_str(s1, sizeof s1, points.ndim, points.shape));
         goto fail;
     }
     if (points.shape[points.ndim - 1] != 3) {
         PyErr_Format(PyExc_ValueError,
                      "points: expected x, y, z in a last dim of 3, got shape %s",
-                     dims_str(s1, sizeof s1, points.ndim, points.shape));
+                     rc_dims_str(s1, sizeof s1, points.ndim, points.shape));
         goto fail;
     }
-    if (unbatched && !is_none(a_[A_LENGTHS])) {
+    if (unbatched && !rc_is_none(a_[A_LENGTHS])) {
         PyErr_SetString(PyExc_ValueError, "lengths: needs batched points [B, N, 3]");
         goto fail;
     }
@@ -411,7 +340,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
         va.points_per_cloud = points.shape[1];
         va.points_stride_b = points.strides[0];
         va.points_stride_n = points.strides[1];
-        if (!is_none(a_[A_LENGTHS])) {
+        if (!rc_is_none(a_[A_LENGTHS])) {
             if (rc_import_array(&call, &lengths, a_[A_LENGTHS], "lengths", 0) != 0 ||
                 expect_int64_vector(&lengths, "lengths", va.batch, "[B] (B = points.shape[0])"))
                 goto fail;
@@ -440,8 +369,8 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
                          "features: expected the leading dims of points plus F, i.e. [%s..., F], "
                          "got shape %s (points %s)",
                          lead == 2 ? "B, N, " : "N, ",
-                         dims_str(s1, sizeof s1, features.ndim, features.shape),
-                         dims_str(s2, sizeof s2, points.ndim, points.shape));
+                         rc_dims_str(s1, sizeof s1, features.ndim, features.shape),
+                         rc_dims_str(s2, sizeof s2, points.ndim, points.shape));
             goto fail;
         }
         va.features = features.data;
@@ -495,7 +424,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
                      "grid: (%lld, %lld, %lld) voxels make an output %s of %s far beyond any "
                      "memory; use a coarser voxel_size or a smaller grid",
                      (long long)va.grid[0], (long long)va.grid[1], (long long)va.grid[2],
-                     dims_str(s1, sizeof s1, out_ndim, out_shape), rc_dtype_name(out_dt));
+                     rc_dims_str(s1, sizeof s1, out_ndim, out_shape), rc_dtype_name(out_dt));
         goto fail;
     }
     va.workspace = NULL;
@@ -514,33 +443,22 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
                      "grid: (%lld, %lld, %lld) voxels make an output %s of %s (%lld bytes), more "
                      "than this machine's memory",
                      (long long)va.grid[0], (long long)va.grid[1], (long long)va.grid[2],
-                     dims_str(s1, sizeof s1, out_ndim, out_shape), rc_dtype_name(out_dt),
+                     rc_dims_str(s1, sizeof s1, out_ndim, out_shape), rc_dtype_name(out_dt),
                      (long long)out_bytes);
         goto fail;
     }
 
     /* ---- outputs ---- */
-    if (!is_none(a_[A_OUT])) {
+    if (!rc_is_none(a_[A_OUT])) {
         if (rc_import_array(&call, &out, a_[A_OUT], "out", 1) != 0) goto fail;
-        if (out.dtype != out_dt) {
+        if (out.dtype != out_dt) { /* names the mode and where the dtype came from */
             PyErr_Format(PyExc_TypeError, "out: expected dtype %s (mode '%U'%s), got %s",
                          rc_dtype_name(out_dt), st->vox_mode_names[mode],
                          dtype_arg >= 0 ? ", dtype=" : ", default dtype",
                          rc_dtype_name(out.dtype));
             goto fail;
         }
-        int same = out.ndim == out_ndim;
-        for (int d = 0; same && d < out_ndim; d++) same = out.shape[d] == out_shape[d];
-        if (!same) {
-            PyErr_Format(PyExc_ValueError, "out: expected shape %s, got %s",
-                         dims_str(s1, sizeof s1, out_ndim, out_shape),
-                         dims_str(s2, sizeof s2, out.ndim, out.shape));
-            goto fail;
-        }
-        if (!rc_is_contiguous(&out)) {
-            PyErr_SetString(PyExc_ValueError, "out: must be C-contiguous");
-            goto fail;
-        }
+        if (rc_expect_out(&out, out_ndim, out_shape)) goto fail;
         out_obj = a_[A_OUT];
         Py_INCREF(out_obj);
     } else if (allocate_named(&call, &out_obj, &out, a_[A_POINTS], out_ndim, out_shape, out_dt,
@@ -563,7 +481,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
     }
 
     /* ---- content check and dispatch ---- */
-    if (parse_flag(&check, a_[A_CHECK], !on_cuda) != 0) goto fail;
+    if (rc_parse_flag(&check, a_[A_CHECK], !on_cuda) != 0) goto fail;
     if (!on_cuda) check = 1; /* O(B) on the CPU: always */
     rc_status status = RC_OK;
     rc_check_result verdict = {0, 0, 0};
@@ -586,10 +504,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
             Py_END_ALLOW_THREADS
         }
 #else
-        PyErr_Format(st->CudaError,
-                     "points is on cuda:%d but this robocache was built without CUDA; reinstall "
-                     "with nvcc on PATH (or CUDA_HOME set, or ROBOCACHE_CUDA=1)",
-                     call.device_id);
+        rc_no_cuda_error(st, "points", call.device_id);
         goto fail;
 #endif
     } else {
@@ -625,13 +540,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
     rc_call_release(&call);
     Py_XDECREF(ws_obj);
-    if (return_dropped) {
-        result = PyTuple_Pack(2, out_obj, dropped_obj);
-        Py_DECREF(out_obj);
-        Py_DECREF(dropped_obj);
-        return result;
-    }
-    return out_obj;
+    return rc_result(out_obj, dropped_obj); /* (out, dropped) with return_dropped */
 
 fail:
     rc_call_release(&call);

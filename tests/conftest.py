@@ -361,3 +361,29 @@ def make_case(rng):
                     tolerance=tolerance, **kw)
 
     return make
+
+
+# ----------------------------------------------------------------------------
+# GPU fixtures shared by the *_cuda.py files (they only run where the `cuda`
+# marker did not skip them, so torch with a GPU is there)
+
+
+@pytest.fixture
+def two_gpus():
+    """Skips the test (use with @pytest.mark.usefixtures) unless torch sees 2 GPUs."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+
+
+@pytest.fixture(scope="module")
+def sleep_cycles():
+    """torch.cuda._sleep cycles for about 200 ms on this GPU."""
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(20_000_000)
+    end.record()
+    end.synchronize()
+    ms = max(start.elapsed_time(end), 1e-3)
+    return int(min(20_000_000 * 200 / ms, 2**40))

@@ -23,20 +23,6 @@ pytestmark = pytest.mark.cuda
 SLERP_CUDA_CPU_ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
 
 
-@pytest.fixture(scope="module")
-def sleep_cycles():
-    """torch.cuda._sleep cycles for about 200 ms on this GPU."""
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    end.record()
-    end.synchronize()
-    ms = max(start.elapsed_time(end), 1e-3)
-    return int(min(20_000_000 * 200 / ms, 2**40))
-
-
 def on(device, streams, x, index):
     streams = [tuple(a.to(device) for a in s) for s in streams]
     return streams, x.to(device), None if index is None else index.to(device)

@@ -26,24 +26,6 @@ pytestmark = pytest.mark.cuda
 SLERP_CUDA_CPU_ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
 
 
-def two_gpus():
-    return pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-
-
-@pytest.fixture(scope="module")
-def sleep_cycles():
-    """torch.cuda._sleep cycles for about 200 ms on this GPU."""
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    end.record()
-    end.synchronize()
-    ms = max(start.elapsed_time(end), 1e-3)
-    return int(min(20_000_000 * 200 / ms, 2**40))
-
-
 def run_both(case):
     """(cuda out, cuda is_pad, cpu out, cpu is_pad) for the same inputs."""
     g, c = case.inputs("torch", "cuda"), case.inputs("torch")
@@ -311,7 +293,7 @@ def test_arguments_on_other_device(name, build, moved, make_case):
         robocache.resample(*args, **kw)
 
 
-@two_gpus()
+@pytest.mark.usefixtures("two_gpus")
 def test_second_gpu(make_case):
     case = make_case("ragged", "float32", "int64", "linear", B=16, T=12)
     torch.cuda.set_device(0)

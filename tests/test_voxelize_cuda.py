@@ -22,24 +22,6 @@ from test_voxelize import (FEATURE_MODES, FLOATS, GRID, KITTI, MODES, ORIGIN, VO
 pytestmark = pytest.mark.cuda
 
 
-def two_gpus():
-    return pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-
-
-@pytest.fixture(scope="module")
-def sleep_cycles():
-    """torch.cuda._sleep cycles for about 200 ms on this GPU."""
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(20_000_000)
-    end.record()
-    end.synchronize()
-    ms = max(start.elapsed_time(end), 1e-3)
-    return int(min(20_000_000 * 200 / ms, 2**40))
-
-
 def on(a, device):
     """numpy -> torch on device (bfloat16 handled by VoxCase.arrays)."""
     return None if a is None else a.to(device)
@@ -398,7 +380,7 @@ def test_points_on_cpu_features_on_gpu(make_vox):
         robocache.voxelize(t["points"], **case.kwargs({**t, "features": t["features"].cuda()}))
 
 
-@two_gpus()
+@pytest.mark.usefixtures("two_gpus")
 def test_second_gpu(make_vox):
     case = make_vox("ragged", "float32", "mean", B=6, N=300)
     torch.cuda.set_device(0)

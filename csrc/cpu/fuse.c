@@ -3,7 +3,8 @@
  * is_pad [B,T,K]; inputs strided, see rc_fuse_args in robocache.h. Work is split over
  * (row, target) pairs; inside a block each stream is swept in turn (its times and values stay
  * in cache, its gallop hint carries from target to target). The per-element arithmetic is
- * cpu/resample.c's, so each stream's columns equal rc_resample_cpu of that stream bit for bit.
+ * cpu/rows.h, shared with cpu/resample.c, so each stream's columns equal rc_resample_cpu of that
+ * stream bit for bit.
  * Benchmark: python benchmarks/bench_fuse.py --device cpu
  */
 #include <string.h>
@@ -11,87 +12,7 @@
 #include "../fuse_math.h"
 #include "../robocache.h"
 #include "parallel.h"
-
-/* ---- row writers: the same expressions as cpu/resample.c (built with -ffp-contract=off) ---- */
-
-static float load_f(const char *p, rc_dtype dt) {
-    switch (dt) {
-    case RC_F16: { uint16_t h; memcpy(&h, p, 2); return rc_f16_to_f32(h); }
-    case RC_BF16: { uint16_t h; memcpy(&h, p, 2); return rc_bf16_to_f32(h); }
-    default: { float f; memcpy(&f, p, 4); return f; }
-    }
-}
-
-static void store_f(char *p, float f, rc_dtype dt) {
-    uint16_t h;
-    switch (dt) {
-    case RC_F16: h = rc_f32_to_f16(f); memcpy(p, &h, 2); break;
-    case RC_BF16: h = rc_f32_to_bf16(f); memcpy(p, &h, 2); break;
-    default: memcpy(p, &f, 4); break;
-    }
-}
-
-static void copy_row(char *out, const char *r, int64_t D, int64_t sd, int es) {
-    if (sd == 1) {
-        memcpy(out, r, (size_t)(D * es));
-        return;
-    }
-    for (int64_t k = 0; k < D; k++) memcpy(out + k * es, r + k * sd * es, (size_t)es);
-}
-
-static void lerp_f32_contig(float *restrict o, const float *restrict a, const float *restrict b,
-                            float w, int64_t D) {
-    for (int64_t k = 0; k < D; k++) o[k] = a[k] + w * (b[k] - a[k]);
-}
-
-static void lerp_row(char *out, const char *r0, const char *r1, double w, int64_t D,
-                     int64_t sd, rc_dtype dt) {
-    if (dt == RC_F32 && sd == 1) {
-        lerp_f32_contig((float *)out, (const float *)r0, (const float *)r1, (float)w, D);
-        return;
-    }
-    if (dt == RC_F64) {
-        const double *a = (const double *)r0, *b = (const double *)r1;
-        double *o = (double *)out;
-        for (int64_t k = 0; k < D; k++) o[k] = a[k * sd] + w * (b[k * sd] - a[k * sd]);
-        return;
-    }
-    float wf = (float)w;
-    if (dt == RC_F32) {
-        const float *a = (const float *)r0, *b = (const float *)r1;
-        float *o = (float *)out;
-        for (int64_t k = 0; k < D; k++) o[k] = a[k * sd] + wf * (b[k * sd] - a[k * sd]);
-        return;
-    }
-    for (int64_t k = 0; k < D; k++) { /* half types: float32 math, one rounding at the end */
-        float a = load_f(r0 + k * sd * 2, dt), b = load_f(r1 + k * sd * 2, dt);
-        store_f(out + k * 2, a + wf * (b - a), dt);
-    }
-}
-
-static void slerp_row(char *out, const char *r0, const char *r1, double w, int64_t D,
-                      int64_t sd, rc_dtype dt) {
-    int es = rc_dtype_size(dt);
-    for (int64_t q = 0; q < D; q += 4) {
-        if (dt == RC_F64) {
-            double a[4], b[4], r[4];
-            for (int k = 0; k < 4; k++) {
-                memcpy(&a[k], r0 + (q + k) * sd * es, 8);
-                memcpy(&b[k], r1 + (q + k) * sd * es, 8);
-            }
-            rc_slerp_f64(r, a, b, w);
-            memcpy(out + q * es, r, 32);
-        } else {
-            float a[4], b[4], r[4];
-            for (int k = 0; k < 4; k++) {
-                a[k] = load_f(r0 + (q + k) * sd * es, dt);
-                b[k] = load_f(r1 + (q + k) * sd * es, dt);
-            }
-            rc_slerp_f32(r, a, b, (float)w);
-            for (int k = 0; k < 4; k++) store_f(out + (q + k) * es, r[k], dt);
-        }
-    }
-}
+#include "rows.h"
 
 /* ---- the pass ---- */
 
@@ -115,19 +36,8 @@ static void fuse_stream_range(const rc_fuse_args *a, int k, int64_t begin, int64
                              (b * a->new_times_stride_b + t * a->new_times_stride_t) * tes,
                       s->mode, a->tolerance, &hint);
         if (a->is_pad) a->is_pad[p * K + k] = loc.pad;
-        char *o = (char *)a->out + (p * F + s->column) * es;
-        if (loc.i0 < 0) {
-            memset(o, 0, (size_t)(D * es));
-            continue;
-        }
-        const char *r0 = (const char *)s->values + (v0 + loc.i0 * s->values_stride_s) * es;
-        const char *r1 = (const char *)s->values + (v0 + loc.i1 * s->values_stride_s) * es;
-        if (s->mode == RC_SLERP)
-            slerp_row(o, r0, r1, loc.w, D, sd, a->values_dtype);
-        else if (loc.w != 0.0) /* w == 0: exactly on a sample, copy it (keeps inf/NaN exact) */
-            lerp_row(o, r0, r1, loc.w, D, sd, a->values_dtype);
-        else
-            copy_row(o, r0, D, sd, es);
+        write_target((char *)a->out + (p * F + s->column) * es, &loc, (const char *)s->values, v0,
+                     s->values_stride_s, D, sd, s->mode, a->values_dtype, es);
     }
 }
 

@@ -655,7 +655,9 @@ def _jsonable(x):
         return str(x)
     if isinstance(x, np.generic):
         return _jsonable(x.item())
-    return x
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    return str(x)  # torch.device, dtypes, paths: their text is what a reader wants
 
 
 # ----------------------------------------------------------------------------

@@ -8,9 +8,10 @@ from . import _C
 from ._C import CudaError, get_num_threads, resample, set_num_threads
 from ._C import voxelize
 from ._C import fuse
+from .dataset import Dataset, Stream  # torch is imported inside, on first use
 
 __version__ = _C.__version__
-__all__ = ["CudaError", "build_info", "cuda_available", "fuse", "get_num_threads", "resample",
+__all__ = ["CudaError", "Dataset", "Stream", "build_info", "cuda_available", "fuse", "get_num_threads", "resample",
            "set_num_threads", "voxelize"]
 
 

@@ -1,0 +1,914 @@
+"""robocache.Dataset: episodes of named, timestamped streams held ragged on one device.
+
+Every stream is three torch tensors on the dataset's device: ``values [N,...]`` (any dtype),
+``times [N]`` float64 seconds and ``offsets [E+1]`` int64 (episode e is samples
+``[offsets[e], offsets[e+1])``). That is the ragged form ``robocache.resample`` reads directly,
+so a batch is one kernel launch over the whole dataset: nothing is padded or copied per episode.
+Point clouds add one level: ``values [P,C]`` points, ``frame_offsets [M+1]`` over points,
+``times [M]`` per frame, ``offsets [E+1]`` over frames.
+
+Timestamps are validated once here (finite, non-decreasing per episode), which is why the
+loader can call resample with ``check=False`` and never sync. torch is imported lazily:
+``import robocache`` works with numpy alone. See docs/dataset.md.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["Dataset", "Episode", "PointClouds", "Stream"]
+
+KINDS = ("continuous", "discrete", "image", "pointcloud", "text")
+MODES = ("linear", "nearest", "previous", "next", "slerp")
+DEFAULT_MODES = {"continuous": "linear", "discrete": "nearest", "image": "nearest",
+                 "pointcloud": "nearest", "text": "previous"}
+COPY_MODES = ("nearest", "previous", "next")
+
+# q01/q99 come from torch.quantile, which refuses inputs above 2**24 elements; above
+# QUANTILE_ROWS rows (samples, or pixels/points for per-channel stats) they are taken on an
+# evenly spaced, deterministic subsample of that many rows.
+QUANTILE_ROWS = 1_000_000
+# mean/std/min/max are exact over all rows, accumulated in float64 chunks of this many elements
+# so a uint8 video stream is never converted to float64 whole.
+STATS_CHUNK = 1 << 22
+
+
+def _torch():
+    try:
+        import torch
+    except ModuleNotFoundError as e:
+        raise ImportError("robocache.Dataset needs PyTorch: pip install torch") from e
+    return torch
+
+
+def _default_device():
+    torch = _torch()
+    if torch.cuda.is_available():
+        from . import build_info
+        if build_info()["cuda"]:
+            return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _progress(iterable, total: int, desc: str):
+    """tqdm when it is installed and stderr is a terminal; the bare iterable otherwise."""
+    if total < 2 or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        return iterable
+    try:
+        from tqdm.auto import tqdm
+    except ModuleNotFoundError:
+        return iterable
+    return tqdm(iterable, total=total, desc=desc, leave=False)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def _fmt_seconds(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.2f} s"
+
+
+def _fmt_rate(r: float | None) -> str:
+    if r is None:
+        return "-"
+    return f"{r:.1f} Hz" if r >= 1 else f"{r:.3g} Hz"
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# ----------------------------------------------------------------------------
+# per-stream storage
+
+
+@dataclass(frozen=True)
+class PointClouds:
+    """The point clouds of one episode: ``points [P,C]`` and ``offsets [M+1]`` (int64, from 0),
+    frame m being ``points[offsets[m]:offsets[m+1]]``."""
+
+    points: Any
+    offsets: Any
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    def __getitem__(self, m: int):
+        if not -len(self) <= m < len(self):
+            raise IndexError(f"frame {m} out of range for {len(self)} frames")
+        m %= len(self)
+        return self.points[int(self.offsets[m]):int(self.offsets[m + 1])]
+
+
+class Stream:
+    """One named stream of a Dataset, stored ragged over all episodes.
+
+    Attributes
+    ----------
+    name, kind, mode : str
+        ``kind`` is continuous / discrete / image / pointcloud / text; ``mode`` the default
+        resample mode (linear, nearest, previous, next, slerp).
+    values : torch.Tensor
+        ``[N, ...]`` samples back to back (point clouds: ``[P, C]`` points).
+    times : torch.Tensor
+        ``[N]`` float64 seconds (point clouds: one time per frame, ``[M]``).
+    offsets : torch.Tensor
+        ``[E+1]`` int64 into ``times`` (point clouds: into frames).
+    frame_offsets : torch.Tensor or None
+        Point clouds only: ``[M+1]`` int64 into ``values`` (points).
+    feature_names : list or None
+    file_stats : dict or None
+        Statistics shipped with the source (e.g. LeRobot ``stats.json``), kept as given
+        (numeric entries as float64 tensors on the device).
+    nominal_rate : float or None
+        The rate the source declares (e.g. LeRobot ``fps``); ``rate`` is the measured one.
+    vocab : list of str or None
+        Text streams built from strings: ``values`` are int64 indices into ``vocab``.
+    """
+
+    def __init__(self, name: str, kind: str, mode: str, values, times, offsets, *, frame_offsets=None,
+                 feature_names: Sequence[str] | None = None, file_stats: Mapping | None = None,
+                 nominal_rate: float | None = None, vocab: Sequence[str] | None = None):
+        self.name = name
+        self.kind = kind
+        self.mode = mode
+        self.values = values
+        self.times = times
+        self.offsets = offsets
+        self.frame_offsets = frame_offsets
+        self.feature_names = list(feature_names) if feature_names is not None else None
+        self.file_stats = dict(file_stats) if file_stats is not None else None
+        self.nominal_rate = float(nominal_rate) if nominal_rate is not None else None
+        self.vocab = list(vocab) if vocab is not None else None
+        # host mirror of the offsets: episode slicing and metadata never read the device
+        self._offsets_host = offsets.cpu().numpy()
+        self._frame_offsets_host = frame_offsets.cpu().numpy() if frame_offsets is not None else None
+        self._cache: dict[str, Any] = {}
+
+    # --- shape and size ------------------------------------------------------------------
+
+    @property
+    def device(self):
+        return self.values.device
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Per-sample shape (``values.shape[1:]``): ``(D,)``, ``(H, W, C)``, ``()``; for point
+        clouds the per-point shape ``(C,)`` (points per frame vary)."""
+        return tuple(self.values.shape[1:])
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self._offsets_host) - 1
+
+    @property
+    def num_samples(self) -> int:
+        """Samples (frames for point clouds) over all episodes."""
+        return int(self.times.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Samples (frames) per episode, int64 numpy ``[E]`` (host mirror of ``offsets``)."""
+        return np.diff(self._offsets_host)
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory held by the stream's tensors (values, times, offsets, frame offsets)."""
+        tensors = (self.values, self.times, self.offsets, self.frame_offsets)
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+    # --- time ----------------------------------------------------------------------------
+
+    def _ends(self):
+        """(first, last) time per episode, float64 ``[E]`` on the device, NaN when empty."""
+        if "ends" not in self._cache:
+            torch = _torch()
+            off = self.offsets
+            n = off[1:] - off[:-1]
+            nan = torch.full((self.num_episodes,), math.nan, dtype=torch.float64, device=self.device)
+            if self.num_samples:
+                first = self.times[off[:-1].clamp(max=self.num_samples - 1)]
+                last = self.times[(off[1:] - 1).clamp(min=0)]
+                first, last = torch.where(n > 0, first, nan), torch.where(n > 0, last, nan)
+            else:
+                first, last = nan, nan.clone()
+            self._cache["ends"] = (first, last)
+        return self._cache["ends"]
+
+    @property
+    def durations(self):
+        """Per-episode ``t_last - t_first`` in seconds, float64 tensor ``[E]`` on the device
+        (0 for empty and one-sample episodes)."""
+        first, last = self._ends()
+        return (last - first).nan_to_num(0.0)
+
+    @property
+    def duration(self) -> float:
+        """Sum of the per-episode durations, seconds."""
+        return float(self.durations.sum())
+
+    @property
+    def rate(self) -> float | None:
+        """Measured rate in Hz: 1 / median of the positive sample intervals within episodes,
+        over all episodes (computed on the device once). Falls back to ``nominal_rate`` when no
+        episode has two distinct times."""
+        if "rate" not in self._cache:
+            torch = _torch()
+            t = self.times
+            rate = None
+            if t.shape[0] >= 2:
+                d = t[1:] - t[:-1]
+                inner = torch.ones_like(d, dtype=torch.bool)
+                starts = torch.from_numpy(self._offsets_host[1:-1]).to(self.device)
+                starts = starts[(starts >= 1) & (starts <= d.shape[0])]
+                inner[starts - 1] = False  # interval ending at an episode's first sample
+                d = d[inner & (d > 0)]
+                if d.numel():
+                    rate = 1.0 / float(d.median())
+            self._cache["rate"] = rate if rate is not None else self.nominal_rate
+        return self._cache["rate"]
+
+    # --- statistics ----------------------------------------------------------------------
+
+    def _stat_rows(self):
+        """values as ``[rows, features]`` for statistics, and the shape to give the results."""
+        v = self.values
+        if self.kind in ("image", "pointcloud"):
+            c = v.shape[-1] if v.dim() > 1 else 1
+            return v.reshape(-1, c), (c,)
+        return v.reshape(v.shape[0], -1), tuple(v.shape[1:])
+
+    @property
+    def stats(self) -> dict:
+        """min, max, mean, std, q01, q99 as float64 tensors on the device.
+
+        Reduced over samples, keeping the per-sample shape (``[D]`` for a state vector);
+        images and point clouds are reduced per channel (last dim: ``[C]``). std is the
+        population std (ddof=0, as numpy and LeRobot). min/max/mean/std use every row;
+        q01/q99 use ``torch.quantile`` (linear interpolation, numpy's default) on all rows up
+        to ``QUANTILE_ROWS`` rows, else on that many evenly spaced rows (deterministic). Text
+        streams have no statistics (``{}``); empty streams give NaN.
+        """
+        if "stats" not in self._cache:
+            self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
+        return self._cache["stats"]
+
+    def _compute_stats(self) -> dict:
+        torch = _torch()
+        rows, shape = self._stat_rows()
+        m, c = rows.shape
+        f64 = dict(dtype=torch.float64, device=self.device)
+        if m == 0:
+            nan = torch.full(shape, math.nan, **f64)
+            return {k: nan.clone() for k in ("min", "max", "mean", "std", "q01", "q99")}
+        # Chan et al. pairwise combination of (count, mean, M2) over float64 chunks
+        step = max(1, STATS_CHUNK // max(c, 1))
+        n_acc, mean, m2 = 0, torch.zeros(c, **f64), torch.zeros(c, **f64)
+        lo = torch.full((c,), math.inf, **f64)
+        hi = torch.full((c,), -math.inf, **f64)
+        for a in range(0, m, step):
+            x = rows[a:a + step].to(torch.float64)
+            k = x.shape[0]
+            cm = x.mean(0)
+            cm2 = ((x - cm) ** 2).sum(0)
+            delta = cm - mean
+            tot = n_acc + k
+            mean = mean + delta * (k / tot)
+            m2 = m2 + cm2 + delta ** 2 * (n_acc * k / tot)
+            n_acc = tot
+            lo = torch.minimum(lo, x.amin(0))
+            hi = torch.maximum(hi, x.amax(0))
+        std = (m2 / n_acc).sqrt()
+        if m > QUANTILE_ROWS:
+            pick = torch.linspace(0, m - 1, QUANTILE_ROWS, dtype=torch.float64, device=self.device).round().long()
+            sample = rows[pick]
+        else:
+            sample = rows
+        sample = sample.to(torch.float64)
+        q = torch.quantile(sample, torch.tensor([0.01, 0.99], **f64), dim=0)
+        out = {"min": lo, "max": hi, "mean": mean, "std": std, "q01": q[0], "q99": q[1]}
+        return {k: v.reshape(shape) for k, v in out.items()}
+
+    # --- access --------------------------------------------------------------------------
+
+    def episode(self, e: int):
+        """``(values, times)`` of episode e as views of the storage (no copy). Point clouds
+        give ``(PointClouds(points, offsets), times)`` with episode-local frame offsets."""
+        a, b = int(self._offsets_host[e]), int(self._offsets_host[e + 1])
+        if self.kind != "pointcloud":
+            return self.values[a:b], self.times[a:b]
+        fo = self.frame_offsets
+        p0, p1 = int(self._frame_offsets_host[a]), int(self._frame_offsets_host[b])
+        return PointClouds(self.values[p0:p1], fo[a:b + 1] - p0), self.times[a:b]
+
+    def to(self, device) -> "Stream":
+        """A copy of the stream on ``device`` (self when it is there already)."""
+        torch = _torch()
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        move = lambda t: None if t is None else t.to(device)
+        fs = None
+        if self.file_stats is not None:
+            fs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.file_stats.items()}
+        s = Stream(self.name, self.kind, self.mode, move(self.values), move(self.times), move(self.offsets),
+                   frame_offsets=move(self.frame_offsets), feature_names=self.feature_names, file_stats=fs,
+                   nominal_rate=self.nominal_rate, vocab=self.vocab)
+        if "rate" in self._cache:
+            s._cache["rate"] = self._cache["rate"]
+        return s
+
+    def _shape_text(self) -> str:
+        if self.kind == "pointcloud":
+            return "[P," + ",".join(map(str, self.shape)) + "]"
+        return "[" + ",".join(map(str, self.shape)) + "]"
+
+    def _summary(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "dtype": _dtype_name(self.dtype), "shape": self._shape_text(),
+                "mode": self.mode, "rate": _fmt_rate(self.rate), "samples": self.num_samples,
+                "episodes": f"{int((self.lengths > 0).sum())}/{self.num_episodes} ep", "duration": _fmt_seconds(self.duration),
+                "memory": _fmt_bytes(self.nbytes)}
+
+    def __repr__(self) -> str:
+        s = self._summary()
+        n = f", {self.values.shape[0]} points" if self.kind == "pointcloud" else ""
+        return (f"Stream({s['name']!r}, {s['kind']} {s['dtype']} {s['shape']}, mode {s['mode']}, {s['rate']}, "
+                f"{s['samples']} samples{n}, {s['episodes']}, {s['duration']}, "
+                f"{s['memory']}, {self.device})")
+
+
+@dataclass
+class Episode:
+    """Metadata of one episode: ``length`` counts the samples of the dataset's anchor stream
+    (its first stream), ``lengths`` those of every stream."""
+
+    index: int
+    length: int
+    lengths: dict = field(default_factory=dict)
+    tasks: list = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------
+# loading: one episode's (values, times) for one stream, checked and described
+
+
+@dataclass
+class _Piece:
+    values: Any          # torch tensor (host or device); pointcloud: points [P, C]
+    times: Any           # torch tensor, float or int64
+    n: int               # samples (frames)
+    shape: tuple         # per-sample (per-point) shape
+    dtype: Any           # torch dtype of values
+    hint: str | None     # "text" (strings), "pointcloud" (ragged frames) or None
+    frame_sizes: Any = None  # pointcloud: points per frame, int64 numpy [n]
+    words: Any = None    # text from strings: the strings, numpy str [n]
+
+
+def _as_tensor(a):
+    torch = _torch()
+    if isinstance(a, torch.Tensor):
+        return a
+    a = np.ascontiguousarray(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # read-only arrays (memory-mapped files) are only read from
+        return torch.from_numpy(a)
+
+
+class _Loader:
+    """Turns a list of episode dicts into Streams (see Dataset.from_episodes)."""
+
+    def __init__(self, episodes, kinds, modes, rates, stats, feature_names, device, source, validate):
+        self.torch = _torch()
+        self.episodes = list(episodes)
+        self.kinds, self.modes, self.rates = dict(kinds or {}), dict(modes or {}), dict(rates or {})
+        self.stats, self.feature_names = dict(stats or {}), dict(feature_names or {})
+        dev = self.torch.device(device) if device is not None else _default_device()
+        if dev.type == "cuda" and dev.index is None:
+            dev = self.torch.device("cuda", self.torch.cuda.current_device())
+        self.device = dev
+        self.source = source if source is not None else "Dataset.from_episodes"
+        self.validate = validate
+        for opt, d in (("kinds", self.kinds), ("modes", self.modes), ("rates", self.rates), ("stats", self.stats),
+                       ("feature_names", self.feature_names)):
+            if not isinstance(d, dict):
+                raise TypeError(f"{opt} must be a dict stream name -> value, got {type(d).__name__}")
+
+    def where(self, e, name) -> str:
+        return f"{self.source}: episode {e}, stream {name!r}"
+
+    # --- parse -------------------------------------------------------------------------
+
+    def piece(self, e, name, entry) -> _Piece:
+        torch = self.torch
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+            raise TypeError(f"{self.where(e, name)}: expected a (values, times) pair, got {type(entry).__name__}")
+        values, times = entry
+        try:
+            t = _as_tensor(times)
+        except (TypeError, ValueError) as ex:
+            raise TypeError(f"{self.where(e, name)}: times must be an array of numbers ({ex})") from None
+        if t.dim() != 1:
+            raise ValueError(f"{self.where(e, name)}: times must be 1-D, got shape {tuple(t.shape)}")
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"{self.where(e, name)}: times must be float seconds or int64 nanoseconds, "
+                            f"got {_dtype_name(t.dtype)}")
+        if not t.is_floating_point():
+            t = t.to(torch.int64)
+        n = int(t.shape[0])
+        kind = self.kinds.get(name)
+
+        # point clouds: a list of [P_i, C] frames, or {"points": [P, C], "frame_offsets": [n+1]}
+        if isinstance(values, Mapping) or (
+                kind in (None, "pointcloud") and isinstance(values, (list, tuple)) and len(values)
+                and all(isinstance(f, (np.ndarray, torch.Tensor)) and f.ndim == 2 for f in values)):
+            return self.cloud_piece(e, name, values, t, n)
+        if kind == "pointcloud":
+            v = _as_tensor(values)
+            if v.dim() != 3:
+                raise ValueError(f"{self.where(e, name)}: point-cloud values must be a list of [P, C] frames, "
+                                 f"{{'points', 'frame_offsets'}} or a dense [M, P, C] array; got shape "
+                                 f"{tuple(v.shape)}")
+            sizes = np.full(v.shape[0], v.shape[1], np.int64)
+            return self.cloud_piece(e, name, {"points": v.reshape(-1, v.shape[2]),
+                                              "frame_offsets": np.concatenate([[0], np.cumsum(sizes)])}, t, n)
+
+        # text from strings
+        if not isinstance(values, torch.Tensor):
+            arr = np.asarray(values) if not isinstance(values, np.ndarray) else values
+            if arr.dtype.kind in "UOS" and (arr.size == 0 or isinstance(arr.reshape(-1)[0], (str, bytes))):
+                if arr.ndim != 1:
+                    raise ValueError(f"{self.where(e, name)}: text values must be 1-D, got shape {arr.shape}")
+                if arr.shape[0] != n:
+                    raise ValueError(f"{self.where(e, name)}: {arr.shape[0]} values but {n} times")
+                words = np.array([w.decode() if isinstance(w, bytes) else str(w) for w in arr], dtype=object)
+                return _Piece(None, t, n, (), torch.int64, "text", words=words)
+            if arr.dtype.kind == "O":
+                raise TypeError(f"{self.where(e, name)}: values of dtype object are neither strings nor "
+                                f"point-cloud frames")
+            values = arr
+        v = _as_tensor(values)
+        if v.dim() == 0:
+            raise ValueError(f"{self.where(e, name)}: values must have a sample axis, got a scalar")
+        if v.shape[0] != n:
+            raise ValueError(f"{self.where(e, name)}: {v.shape[0]} values but {n} times")
+        return _Piece(v, t, n, tuple(v.shape[1:]), v.dtype, None)
+
+    def cloud_piece(self, e, name, values, t, n) -> _Piece:
+        torch = self.torch
+        if isinstance(values, Mapping):
+            if set(values) != {"points", "frame_offsets"}:
+                raise ValueError(f"{self.where(e, name)}: a point-cloud dict has keys 'points' and "
+                                 f"'frame_offsets', got {sorted(values)}")
+            pts = _as_tensor(values["points"])
+            fo = np.asarray(_as_tensor(values["frame_offsets"]).cpu(), dtype=np.int64)
+            if pts.dim() != 2:
+                raise ValueError(f"{self.where(e, name)}: points must be [P, C], got shape {tuple(pts.shape)}")
+            if fo.ndim != 1 or fo.shape[0] != n + 1:
+                raise ValueError(f"{self.where(e, name)}: frame_offsets must be [M+1] = [{n + 1}] for {n} "
+                                 f"times, got shape {fo.shape}")
+            sizes = np.diff(fo)
+            if fo[0] != 0 or fo[-1] != pts.shape[0] or (sizes < 0).any():
+                raise ValueError(f"{self.where(e, name)}: frame_offsets must rise from 0 to {pts.shape[0]} "
+                                 f"(the number of points)")
+        else:
+            frames = [_as_tensor(f) for f in values]
+            if len(frames) != n:
+                raise ValueError(f"{self.where(e, name)}: {len(frames)} point-cloud frames but {n} times")
+            for m, f in enumerate(frames):
+                if f.dim() != 2 or f.shape[1:] != frames[0].shape[1:] or f.dtype != frames[0].dtype:
+                    raise ValueError(f"{self.where(e, name)}: frame {m} is {_dtype_name(f.dtype)} "
+                                     f"{tuple(f.shape)}; frames must be [P, C] with the same C and dtype "
+                                     f"(frame 0: {_dtype_name(frames[0].dtype)} {tuple(frames[0].shape)})")
+            sizes = np.array([f.shape[0] for f in frames], np.int64)
+            pts = torch.cat(frames) if frames else torch.zeros((0, 3), dtype=torch.float32)
+        return _Piece(pts, t, n, tuple(pts.shape[1:]), pts.dtype, "pointcloud", frame_sizes=sizes)
+
+    # --- build -------------------------------------------------------------------------
+
+    def run(self):
+        torch = self.torch
+        E = len(self.episodes)
+        names: list[str] = []
+        for e, ep in enumerate(self.episodes):
+            if not isinstance(ep, Mapping):
+                raise TypeError(f"{self.source}: episode {e} must be a dict stream name -> (values, times), "
+                                f"got {type(ep).__name__}")
+            names += [k for k in ep if k not in names]
+        for opt in (self.kinds, self.modes, self.rates, self.stats, self.feature_names):
+            unknown = [k for k in opt if k not in names]
+            if unknown:
+                raise ValueError(f"{self.source}: options name streams that no episode has: {unknown}")
+
+        pieces = {name: [None] * E for name in names}
+        for e, ep in enumerate(self.episodes):
+            for name in names:
+                if name in ep:
+                    pieces[name][e] = self.piece(e, name, ep[name])
+
+        # one time base: float seconds as given, or int64 ns relative to the smallest timestamp
+        int_t = [(e, n) for n in names for e, p in enumerate(pieces[n]) if p is not None and p.n
+                 and not p.times.is_floating_point()]
+        flt_t = [(e, n) for n in names for e, p in enumerate(pieces[n]) if p is not None and p.n
+                 and p.times.is_floating_point()]
+        if int_t and flt_t:
+            (ei, ni), (ef, nf) = int_t[0], flt_t[0]
+            raise ValueError(f"{self.source}: times mix int64 nanoseconds (episode {ei}, stream {ni!r}) with float "
+                             f"seconds (episode {ef}, stream {nf!r}); give every stream the same time base")
+        origin = min(int(pieces[n][e].times.min()) for e, n in int_t) if int_t else None
+
+        streams = {}
+        for name in names:
+            streams[name] = self.build(name, pieces[name], origin)
+        return streams, origin
+
+    def describe(self, name, ps):
+        """kind, mode, dtype, per-sample shape of a stream, checked across its episodes."""
+        torch = self.torch
+        ref = next(((e, p) for e, p in enumerate(ps) if p is not None and p.n), None)
+        hint = ref[1].hint if ref is not None else None
+        for e, p in enumerate(ps):
+            if p is not None and p.n and p.hint != hint:
+                what = lambda h: {"text": "strings", "pointcloud": "point-cloud frames"}.get(h, "arrays")
+                raise ValueError(f"{self.where(e, name)}: values are {what(p.hint)} but {what(hint)} in episode "
+                                 f"{ref[0]}")
+        if ref is None:  # empty everywhere: shape and dtype of the first given piece
+            ref = next(((e, p) for e, p in enumerate(ps) if p is not None), (0, None))
+        e0, p0 = ref
+        dtype = p0.dtype if p0 is not None else torch.float32
+        shape = p0.shape if p0 is not None else ()
+        for e, p in enumerate(ps):
+            if p is None or not p.n:
+                continue  # empty episodes carry no samples: their dtype/shape do not matter
+            if p.shape != shape:
+                what = "point shape" if hint == "pointcloud" else "sample shape"
+                raise ValueError(f"{self.where(e, name)}: {what} {p.shape} differs from {shape} in episode {e0}")
+            if p.dtype != dtype:
+                raise ValueError(f"{self.where(e, name)}: dtype {_dtype_name(p.dtype)} differs from "
+                                 f"{_dtype_name(dtype)} in episode {e0}")
+        kind = self.kinds.get(name)
+        if kind is not None and kind not in KINDS:
+            raise ValueError(f"{self.source}: stream {name!r}: kind {kind!r} is not one of {KINDS}")
+        if hint == "text" and kind not in (None, "text"):
+            raise ValueError(f"{self.source}: stream {name!r} holds strings but kinds says {kind!r}")
+        if hint == "pointcloud" and kind not in (None, "pointcloud"):
+            raise ValueError(f"{self.source}: stream {name!r} holds point-cloud frames but kinds says {kind!r}")
+        if kind is None:
+            if hint:
+                kind = hint
+            elif dtype == torch.uint8 and len(shape) == 3:
+                kind = "image"
+            elif dtype.is_floating_point:
+                kind = "continuous"
+            else:
+                kind = "discrete"
+        mode = self.modes.get(name, DEFAULT_MODES[kind])
+        if mode not in MODES:
+            raise ValueError(f"{self.source}: stream {name!r}: mode {mode!r} is not one of {MODES}")
+        if kind in ("pointcloud", "text") and mode not in COPY_MODES:
+            raise ValueError(f"{self.source}: stream {name!r} ({kind}): mode must be one of {COPY_MODES}, got {mode!r}")
+        if kind not in ("pointcloud", "text") and not dtype.is_floating_point and mode not in COPY_MODES:
+            raise ValueError(f"{self.source}: stream {name!r} ({_dtype_name(dtype)} values): mode must be one of "
+                             f"{COPY_MODES}, got {mode!r}")
+        if mode == "slerp" and (not shape or shape[-1] != 4):
+            raise ValueError(f"{self.source}: stream {name!r}: slerp needs quaternions (last dim 4), got sample "
+                             f"shape {shape}")
+        return kind, mode, dtype, shape, hint
+
+    def build(self, name, ps, origin) -> Stream:
+        torch = self.torch
+        kind, mode, dtype, shape, hint = self.describe(name, ps)
+        dev = self.device
+        lengths = np.array([p.n if p is not None else 0 for p in ps], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        N = int(offsets[-1])
+
+        vocab = None
+        if hint == "text":
+            vocab, lookup = [], {}
+            for p in ps:
+                if p is not None and p.n:
+                    idx = np.empty(p.n, np.int64)
+                    for i, w in enumerate(p.words):
+                        idx[i] = lookup.setdefault(w, len(lookup))
+                    p.values = torch.from_numpy(idx)
+            vocab = list(lookup)
+
+        frame_offsets = None
+        if hint == "pointcloud":
+            sizes = np.concatenate([p.frame_sizes if p is not None and p.n else np.zeros(0, np.int64) for p in ps])
+            fo = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            frame_offsets = torch.from_numpy(fo).to(dev)
+            rows = int(fo[-1])
+            point_starts = fo[offsets]
+        else:
+            rows = N
+            point_starts = offsets
+
+        values = torch.empty((rows,) + tuple(shape), dtype=dtype, device=dev)
+        times = torch.empty(N, dtype=torch.float64, device=dev)
+        for e in _progress(range(len(ps)), len(ps), f"loading {name}"):
+            p = ps[e]
+            if p is None or not p.n:
+                continue
+            a, b = int(offsets[e]), int(offsets[e + 1])
+            pa, pb = int(point_starts[e]), int(point_starts[e + 1])
+            values[pa:pb].copy_(p.values.reshape((pb - pa,) + tuple(shape)))
+            t = p.times
+            if not t.is_floating_point():
+                # exact in int64, then < 2**53 ns for spans under 104 days: no nanosecond is lost
+                t = (t.to(dev) - origin).to(torch.float64) / 1e9
+            times[a:b].copy_(t)
+        offsets_t = torch.from_numpy(offsets).to(dev)
+        if self.validate:
+            self.check_times(name, times, offsets)
+
+        fstats = self.stats.get(name)
+        if fstats is not None:
+            fstats = {k: self.stat_tensor(v) for k, v in fstats.items()}
+        return Stream(name, kind, mode, values, times, offsets_t, frame_offsets=frame_offsets,
+                      feature_names=self.feature_names.get(name), file_stats=fstats,
+                      nominal_rate=self.rates.get(name), vocab=vocab)
+
+    def stat_tensor(self, v):
+        torch = self.torch
+        if isinstance(v, torch.Tensor):
+            return v.to(self.device)
+        try:
+            a = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError):
+            return v
+        return torch.from_numpy(a).to(self.device)
+
+    def check_times(self, name, times, offsets):
+        """Finite and non-decreasing within every episode: vectorized on the device, one sync."""
+        torch = self.torch
+        N = times.shape[0]
+        if N == 0:
+            return
+        bad = ~torch.isfinite(times)
+        dec = torch.zeros(N, dtype=torch.bool, device=times.device)
+        dec[1:] = times[1:] < times[:-1]
+        starts = torch.from_numpy(offsets[:-1][offsets[:-1] < N]).to(times.device)
+        dec[starts] = False  # a new episode may start earlier than the last one ended
+        flags = torch.stack([bad.any(), dec.any()]).tolist()
+        if not any(flags):
+            return
+        # report the earliest problem of either kind
+        first = [int(torch.nonzero(x)[0, 0]) if f else N for f, x in zip(flags, (bad, dec))]
+        i = min(first)
+        e = int(np.searchsorted(offsets, i, side="right") - 1)
+        j = i - int(offsets[e])
+        if first[0] == i:
+            raise ValueError(f"{self.where(e, name)}: time at index {j} is not finite ({float(times[i])})")
+        raise ValueError(f"{self.where(e, name)}: times decrease at index {j} "
+                         f"({float(times[i - 1]):.9g} -> {float(times[i]):.9g})")
+
+
+# ----------------------------------------------------------------------------
+# the dataset
+
+
+class Dataset:
+    """Episodes of named, timestamped streams, held ragged on one device.
+
+    Build one with :meth:`from_episodes` (or a reader). ``len(ds)`` is the number of episodes;
+    ``ds.streams[name]`` is a :class:`Stream`; ``ds.episode(e)`` returns views of one episode;
+    ``ds.resample(...)`` is the loader's one call per stream and batch.
+
+    Attributes
+    ----------
+    streams : dict[str, Stream]
+        In the order they first appear; the first is the ``anchor``.
+    episodes : list[Episode]
+    tasks : list[str]
+        The distinct task strings over all episodes, in first-seen order.
+    device : torch.device
+    time_origin_ns : int or None
+        When times were given as int64 nanoseconds, the smallest of them: stored times are
+        ``(t_ns - time_origin_ns) / 1e9`` seconds. None for float-second input.
+    source : str or None
+    """
+
+    def __init__(self, streams: Mapping[str, Stream], episodes: Sequence[Episode], *, device,
+                 time_origin_ns: int | None = None, source: str | None = None):
+        self.streams = dict(streams)
+        self.episodes = list(episodes)
+        self.device = device
+        self.time_origin_ns = time_origin_ns
+        self.source = source
+        self.tasks = list(dict.fromkeys(t for ep in self.episodes for t in ep.tasks))
+
+    # --- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_episodes(cls, episodes: Iterable[Mapping[str, tuple]], *, kinds: Mapping[str, str] | None = None,
+                      modes: Mapping[str, str] | None = None, rates: Mapping[str, float] | None = None,
+                      tasks: Sequence | None = None, stats: Mapping[str, Mapping] | None = None,
+                      feature_names: Mapping[str, Sequence[str]] | None = None, device=None,
+                      source: str | None = None, validate: bool = True) -> "Dataset":
+        """Build a Dataset from in-memory episodes.
+
+        Parameters
+        ----------
+        episodes : list of dict
+            One dict per episode, stream name -> ``(values, times)``; numpy arrays or torch
+            tensors. ``times`` are float seconds (any float dtype, stored as float64) or int64
+            nanoseconds (stored as float64 seconds since ``time_origin_ns``, the smallest
+            timestamp of the dataset). ``values [n, ...]`` of any numeric dtype; a 1-D array or
+            list of strings makes a text stream (int64 indices into ``stream.vocab``); a list of
+            ``[P_i, C]`` arrays, or ``{"points": [P, C], "frame_offsets": [n+1]}``, makes a
+            point-cloud stream (one time per frame). A stream missing from an episode is empty
+            there.
+        kinds, modes, rates, stats, feature_names : dict, optional
+            Per stream: kind (else inferred: uint8 ``[H,W,C]`` image, float continuous, other
+            numbers discrete), default resample mode (else by kind), nominal rate in Hz,
+            statistics from the source (kept as ``stream.file_stats``), feature names.
+        tasks : list, optional
+            Per episode, a task string or a list of them.
+        device : str or torch.device, optional
+            Default ``"cuda"`` when torch sees a GPU and robocache was built with CUDA, else CPU.
+        source : str, optional
+            Named in error messages (a path).
+        validate : bool
+            Check times finite and non-decreasing per episode (default). Only skip it for data
+            already validated: resample on the GPU trusts this check.
+
+        Raises
+        ------
+        ImportError without torch; TypeError/ValueError naming source, episode, stream and index.
+        """
+        loader = _Loader(episodes, kinds, modes, rates, stats, feature_names, device, source, validate)
+        streams, origin = loader.run()
+        E = len(loader.episodes)
+        if tasks is None:
+            tasks = [[] for _ in range(E)]
+        else:
+            tasks = list(tasks)
+            if len(tasks) != E:
+                raise ValueError(f"{loader.source}: tasks has {len(tasks)} entries for {E} episodes")
+            tasks = [[t] if isinstance(t, str) else list(t) for t in tasks]
+        anchor = next(iter(streams), None)
+        eps = []
+        for e in range(E):
+            lengths = {n: int(s.lengths[e]) for n, s in streams.items()}
+            eps.append(Episode(index=e, length=lengths[anchor] if anchor else 0, lengths=lengths, tasks=tasks[e]))
+        return cls(streams, eps, device=loader.device, time_origin_ns=origin, source=source)
+
+    @classmethod
+    def from_lerobot(cls, path, **kwargs) -> "Dataset":
+        """LeRobot v2.x/v3 (and GR00T) folder; see robocache.readers."""
+        from . import readers
+        return readers.from_lerobot(path, **kwargs)
+
+    @classmethod
+    def from_robomimic(cls, path, **kwargs) -> "Dataset":
+        """robomimic HDF5 file; see robocache.readers."""
+        from . import readers
+        return readers.from_robomimic(path, **kwargs)
+
+    @classmethod
+    def from_zarr(cls, path, **kwargs) -> "Dataset":
+        """diffusion-policy ReplayBuffer zarr; see robocache.readers."""
+        from . import readers
+        return readers.from_zarr(path, **kwargs)
+
+    # --- inspection ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def anchor(self) -> str | None:
+        """The first stream: ``Episode.length`` and the ``frames`` total count its samples."""
+        return next(iter(self.streams), None)
+
+    @property
+    def num_frames(self) -> int:
+        return self.streams[self.anchor].num_samples if self.streams else 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.streams.values())
+
+    @property
+    def durations(self):
+        """Per-episode span over all streams (latest last time - earliest first time), float64
+        ``[E]`` on the device; 0 for episodes with no samples."""
+        torch = _torch()
+        if not self.streams:
+            return torch.zeros(len(self), dtype=torch.float64)
+        firsts, lasts = zip(*(s._ends() for s in self.streams.values()))
+        first = torch.stack(firsts).nan_to_num(math.inf).amin(0)
+        last = torch.stack(lasts).nan_to_num(-math.inf).amax(0)
+        return torch.where(last >= first, last - first, torch.zeros_like(first))
+
+    @property
+    def duration(self) -> float:
+        return float(self.durations.sum())
+
+    @property
+    def stats(self) -> dict:
+        """``{name: stream.stats}`` (computed on first use)."""
+        return {n: s.stats for n, s in self.streams.items()}
+
+    def episode(self, e: int) -> dict:
+        """``{name: (values, times)}`` for episode e, views of the storage (no copy)."""
+        E = len(self)
+        if not -E <= e < E:
+            raise IndexError(f"episode {e} out of range for {E} episodes")
+        e %= E
+        return {n: s.episode(e) for n, s in self.streams.items()}
+
+    # --- the loader's call ---------------------------------------------------------------
+
+    def resample(self, name: str, episode_index, new_times, mode: str | None = None, return_mask: bool = False, *,
+                 out=None, tolerance: float = 1e-4):
+        """Stream ``name`` at ``new_times [B,T]`` (float64 seconds, the dataset's time base) in
+        episodes ``episode_index [B]`` (int64): one ragged ``robocache.resample`` call on the
+        storage, ``[B,T,...]`` on the dataset's device (with ``is_pad [B,T]`` when
+        ``return_mask``). No host sync on the GPU: the storage was validated at load.
+
+        Point-cloud streams return the global frame index ``[B,T]`` int64 of the chosen frame
+        (``mode`` nearest/previous/next); its points are
+        ``values[frame_offsets[i]:frame_offsets[i+1]]``.
+        """
+        torch = _torch()
+        s = self.streams[name]
+        idx = torch.as_tensor(episode_index, device=self.device)
+        if idx.dtype != torch.int64:
+            idx = idx.to(torch.int64)
+        x = torch.as_tensor(new_times, device=self.device)
+        if x.dtype != torch.float64:
+            x = x.to(torch.float64)
+        values = s.values
+        if s.kind == "pointcloud":
+            values = s._cache.get("frame_ids")
+            if values is None:
+                values = s._cache["frame_ids"] = torch.arange(s.num_samples, dtype=torch.int64, device=self.device)
+        from . import resample
+        return resample(values, s.times, x, mode=mode or s.mode, offsets=s.offsets, index=idx, out=out,
+                        return_mask=return_mask, tolerance=tolerance,
+                        check=False if self.device.type == "cuda" else None)
+
+    def to(self, device) -> "Dataset":
+        """A Dataset with every tensor on ``device``; self when it is there already (as
+        ``torch.Tensor.to``). The original is left as it was."""
+        torch = _torch()
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if all(s.device == device for s in self.streams.values()) and self.device == device:
+            return self
+        streams = {n: s.to(device) for n, s in self.streams.items()}
+        return Dataset(streams, self.episodes, device=device, time_origin_ns=self.time_origin_ns, source=self.source)
+
+    # --- display -------------------------------------------------------------------------
+
+    def _header(self) -> str:
+        src = f"{self.source!r}, " if self.source else ""
+        return (f"Dataset({src}{len(self)} episodes, {len(self.streams)} streams, {self.num_frames} frames, "
+                f"{_fmt_seconds(self.duration)}, {_fmt_bytes(self.nbytes)}, device {self.device})")
+
+    def __repr__(self) -> str:
+        rows = [s._summary() for s in self.streams.values()]
+        if not rows:
+            return self._header()
+        cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory")
+        left = ("name", "kind", "dtype", "shape", "mode")
+        width = {c: max(len(str(r[c])) for r in rows) for c in cols}
+        cell = lambda r, c: str(r[c]).ljust(width[c]) if c in left else str(r[c]).rjust(width[c])
+        return "\n".join([self._header()] + ["  " + "  ".join(cell(r, c) for c in cols) for r in rows])
+
+    def _repr_html_(self) -> str:
+        esc = lambda x: html.escape(str(x))
+        cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory")
+        head = "".join(f"<th>{c}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{esc(s._summary()[c])}</td>" for c in cols) + "</tr>"
+                       for s in self.streams.values())
+        totals = (("episodes", len(self)), ("frames", self.num_frames), ("duration", _fmt_seconds(self.duration)),
+                  ("memory", _fmt_bytes(self.nbytes)), ("device", self.device))
+        tot = " &middot; ".join(f"<b>{esc(v)}</b> {k}" for k, v in totals)
+        src = f"<code>{esc(self.source)}</code><br>" if self.source else ""
+        tasks = f"<br>{len(self.tasks)} tasks" if self.tasks else ""
+        return (f"<div class='robocache-dataset'><b>robocache.Dataset</b> {src}{tot}{tasks}"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")

@@ -255,8 +255,8 @@ class Stream:
         v = self.values
         if self.kind in ("image", "pointcloud"):
             c = v.shape[-1] if v.dim() > 1 else 1
-            return v.reshape(-1, c), (c,)
-        return v.reshape(v.shape[0], -1), tuple(v.shape[1:])
+            return v.reshape(v.numel() // max(c, 1), c), (c,)
+        return v.reshape(v.shape[0], math.prod(v.shape[1:])), tuple(v.shape[1:])
 
     @property
     def stats(self) -> dict:

@@ -1,0 +1,444 @@
+"""LeRobot dataset reader (v2.0, v2.1, v3.0 layouts) with GR00T ``meta/modality.json`` sub-keys.
+
+v2.x: ``meta/info.json``, ``meta/episodes.jsonl``, ``meta/tasks.jsonl``, ``meta/stats.json`` or
+``meta/episodes_stats.jsonl``; one parquet per episode at ``info["data_path"]``; one video per
+(episode, camera) at ``info["video_path"]``.
+v3.0: ``meta/episodes/**/*.parquet`` (one row per episode: tasks, length, data/video file
+indices, video from/to timestamps), ``meta/tasks.parquet``; data and video files each hold many
+episodes.
+Every file is opened read-only. Errors name the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ._common import Episodes, ReaderError, check_times, infer_kind, require
+from .video import decode_videos, resolve_backend
+
+#: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
+BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
+STATS_KEYS = ("min", "max", "mean", "std", "q01", "q99")
+
+
+# ----------------------------------------------------------------------------
+# metadata
+
+
+def _load_json(path: Path):
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ReaderError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReaderError(f"{path}: not valid JSON ({e})") from e
+
+
+def _load_jsonl(path: Path):
+    rows = []
+    try:
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    rows.append(json.loads(line))
+    except FileNotFoundError:
+        raise ReaderError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReaderError(f"{path}: line {n} is not valid JSON ({e})") from e
+    return rows
+
+
+def _read_parquet(path: Path, columns=None):
+    pq = require("pyarrow.parquet", "lerobot", "from_lerobot")
+    if not path.is_file():
+        raise ReaderError(f"{path}: parquet file not found")
+    try:
+        return pq.read_table(path, columns=columns, memory_map=False)
+    except Exception as e:  # pyarrow.ArrowInvalid, OSError on truncated footers
+        raise ReaderError(f"{path}: cannot read parquet file (corrupt or truncated?): {e}") from e
+
+
+def _version(info: dict, path: Path) -> int:
+    v = str(info.get("codebase_version", ""))
+    try:
+        major = int(v.lstrip("v").split(".")[0])
+    except ValueError:
+        raise ReaderError(f"{path}: unknown codebase_version {v!r}") from None
+    if major not in (2, 3):
+        raise ReaderError(f"{path}: LeRobot codebase_version {v} is not supported (v2.0, v2.1, v3.0 are)")
+    return major
+
+
+def _feature_names(feature: dict, dim: int | None):
+    names = feature.get("names")
+    if isinstance(names, dict) and len(names) == 1:  # {"motors": [...]}
+        names = next(iter(names.values()))
+    if isinstance(names, list) and all(isinstance(n, str) for n in names) and (dim is None or len(names) == dim):
+        return list(names)
+    return None
+
+
+def read_stats(root: Path) -> dict:
+    """meta/stats.json (v2.0, v3.0, GR00T) or, failing that, meta/episodes_stats.jsonl (v2.1)
+    aggregated over episodes as LeRobot does (count-weighted mean, pooled std, min of mins, max
+    of maxes; quantiles cannot be pooled and are left out). {} when neither file exists."""
+    meta = root / "meta"
+    if (meta / "stats.json").is_file():
+        raw = _load_json(meta / "stats.json")
+        return {k: {s: np.asarray(v[s], dtype=np.float64) for s in v if s in STATS_KEYS}
+                for k, v in raw.items() if isinstance(v, dict)}
+    if (meta / "episodes_stats.jsonl").is_file():
+        per = defaultdict(list)
+        for row in _load_jsonl(meta / "episodes_stats.jsonl"):
+            for k, st in row.get("stats", {}).items():
+                per[k].append(st)
+        out = {}
+        for k, sts in per.items():
+            try:
+                cnt = np.array([np.asarray(s["count"], dtype=np.float64).reshape(-1)[0] for s in sts])
+                means = np.stack([np.asarray(s["mean"], dtype=np.float64) for s in sts])
+                stds = np.stack([np.asarray(s["std"], dtype=np.float64) for s in sts])
+                w = (cnt / cnt.sum()).reshape((-1,) + (1,) * (means.ndim - 1))
+                mean = (w * means).sum(0)
+                var = (w * (stds ** 2 + (means - mean) ** 2)).sum(0)
+                out[k] = {"min": np.min(np.stack([np.asarray(s["min"], dtype=np.float64) for s in sts]), 0),
+                          "max": np.max(np.stack([np.asarray(s["max"], dtype=np.float64) for s in sts]), 0),
+                          "mean": mean, "std": np.sqrt(var)}
+            except (KeyError, ValueError, IndexError):
+                continue  # a feature without complete stats: the Dataset computes its own
+        return out
+    return {}
+
+
+def read_modality(root) -> dict:
+    """GR00T meta/modality.json as {alias: (original_key, start, end)}; start/end None for
+    whole-stream aliases (video, annotation). {} when the file is absent."""
+    path = Path(root) / "meta" / "modality.json"
+    if not path.is_file():
+        return {}
+    raw = _load_json(path)
+    out = {}
+    for group, default in (("state", "observation.state"), ("action", "action")):
+        for sub, spec in (raw.get(group) or {}).items():
+            try:
+                start, end = int(spec["start"]), int(spec["end"])
+            except (KeyError, TypeError, ValueError):
+                raise ReaderError(f"{path}: {group}.{sub} needs integer 'start' and 'end'") from None
+            out[f"{group}.{sub}"] = (spec.get("original_key", default), start, end)
+    for sub, spec in (raw.get("video") or {}).items():
+        out[f"video.{sub}"] = ((spec or {}).get("original_key", f"observation.images.{sub}"), None, None)
+    for sub, spec in (raw.get("annotation") or {}).items():
+        out[f"annotation.{sub}"] = ((spec or {}).get("original_key", f"annotation.{sub}"), None, None)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# parquet columns to arrays
+
+
+def _column_to_numpy(col, name: str, shape, where: str):
+    """One arrow column to [n, *feature_shape]. Lists become dense dims (all rows equal length)."""
+    import pyarrow as pa
+
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(col)
+    if col.null_count:
+        raise ReaderError(f"{where}: column '{name}' has {col.null_count} null values")
+    dims = []
+    arr = col
+    while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+        if pa.types.is_fixed_size_list(arr.type):
+            width = arr.type.list_size
+        else:
+            lens = np.diff(arr.offsets.to_numpy())
+            width = int(lens[0]) if len(lens) else 0
+            if len(lens) and np.any(lens != width):
+                bad = int(np.flatnonzero(lens != width)[0])
+                raise ReaderError(f"{where}: column '{name}' row {bad} has {lens[bad]} values, row 0 has {width}")
+        dims.append(width)
+        arr = arr.flatten()
+        if arr.null_count:
+            raise ReaderError(f"{where}: column '{name}' has null elements")
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        values = np.asarray(arr.to_pylist(), dtype=str)
+    elif pa.types.is_boolean(arr.type) or pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
+        values = arr.to_numpy(zero_copy_only=False)
+    else:
+        return None
+    values = values.reshape((n, *dims))
+    if shape and len(shape) > 1 and values.ndim == 2 and int(np.prod(shape)) == values.shape[1]:
+        values = values.reshape((n, *shape))  # nested features stored flat
+    return values
+
+
+def _decode_image_column(col, name, where):
+    """LeRobot image features stored in parquet (struct{bytes, path}) to uint8 [n, H, W, C]."""
+    rows = col.to_pylist()
+    try:
+        import cv2
+
+        def dec(b):
+            img = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_UNCHANGED)
+            if img is None:
+                raise ValueError("undecodable image")
+            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if img.ndim == 3 and img.shape[2] == 3 else img
+    except ImportError:
+        PIL = require("PIL.Image", "lerobot", "decoding parquet images (pip install pillow)")
+        import io
+
+        def dec(b):
+            return np.asarray(PIL.open(io.BytesIO(b)))
+    try:
+        imgs = [dec(r["bytes"]) for r in rows]
+    except Exception as e:
+        raise ReaderError(f"{where}: cannot decode image column '{name}': {e}") from e
+    out = np.stack(imgs)
+    return out[..., None] if out.ndim == 3 else out
+
+
+# ----------------------------------------------------------------------------
+# the reader
+
+
+def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_backend: str = "auto",
+                 episodes=None, modality_subkeys: bool = True, video_timestamps: str = "pts",
+                 annotations: str = "text",
+                 show_progress: bool | None = None, max_workers: int | None = None) -> Episodes:
+    """Read a LeRobot v2.x/v3.0 dataset (optionally GR00T-flavoured) into memory.
+
+    See ``robocache.readers.from_lerobot`` for the parameters; this returns the ``Episodes``
+    (the keyword arguments of ``Dataset.from_episodes``) instead of a Dataset.
+    """
+    require("pyarrow", "lerobot", "from_lerobot")
+    root = Path(os.fspath(path))
+    if not root.is_dir():
+        raise ReaderError(f"{root}: no such dataset folder")
+    info_path = root / "meta" / "info.json"
+    if not info_path.is_file():
+        raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
+    info = _load_json(info_path)
+    major = _version(info, info_path)
+    if annotations not in ("text", "index"):
+        raise ValueError(f"annotations must be 'text' or 'index', got {annotations!r}")
+    if video_timestamps not in ("pts", "parquet"):
+        raise ValueError(f"video_timestamps must be 'pts' or 'parquet', got {video_timestamps!r}")
+    try:
+        fps = float(info["fps"])
+        data_tmpl = info["data_path"]
+    except (KeyError, TypeError, ValueError):
+        raise ReaderError(f"{info_path}: needs 'fps' and 'data_path'") from None
+    features = info.get("features") or {}
+    chunks_size = int(info.get("chunks_size") or 1000)
+    workers = max_workers or min(16, os.cpu_count() or 1)
+
+    # --- episode table: index, length, tasks, where its rows are
+    if major == 2:
+        ep_rows = _load_jsonl(root / "meta" / "episodes.jsonl")
+        table = {}
+        for r in ep_rows:
+            e = int(r["episode_index"])
+            table[e] = {"length": int(r.get("length", -1)), "tasks": list(r.get("tasks") or []),
+                        "data": root / data_tmpl.format(episode_chunk=e // chunks_size, episode_index=e)}
+    else:
+        ep_files = sorted((root / "meta" / "episodes").glob("**/*.parquet"))
+        if not ep_files:
+            raise ReaderError(f"{root / 'meta' / 'episodes'}: no episode metadata parquet files (LeRobot v3.0)")
+        table = {}
+        for f in ep_files:
+            t = _read_parquet(f).to_pydict()
+            for i, e in enumerate(t["episode_index"]):
+                row = {k: v[i] for k, v in t.items()}
+                table[int(e)] = {"length": int(row.get("length", -1)), "tasks": list(row.get("tasks") or []),
+                                 "data": root / data_tmpl.format(chunk_index=int(row["data/chunk_index"]),
+                                                                 file_index=int(row["data/file_index"])),
+                                 "row": row}
+    if episodes is None:
+        selected = sorted(table)
+    else:
+        selected = [int(e) for e in episodes]
+        missing = [e for e in selected if e not in table]
+        if missing:
+            raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")
+    if not selected:
+        raise ReaderError(f"{root}: the dataset lists no episodes")
+
+    # --- tabular data: one parquet read per file, in threads (pyarrow releases the GIL)
+    files = sorted({table[e]["data"] for e in selected})
+    with ThreadPoolExecutor(max_workers=min(workers, len(files))) as pool:
+        tables = dict(zip(files, pool.map(_read_parquet, files)))
+
+    out_eps, tasks = [], []
+    kinds, rates, names = {}, {}, {}
+    for e in selected:
+        f = table[e]["data"]
+        t = tables[f]
+        where = f"{f}, episode {e}"
+        if major == 3:  # a v3 data file holds many episodes
+            if "episode_index" not in t.column_names:
+                raise ReaderError(f"{f}: no 'episode_index' column to find episode {e} in")
+            import pyarrow.compute as pc
+
+            t = t.filter(pc.equal(t.column("episode_index"), e))
+        if "timestamp" not in t.column_names:
+            raise ReaderError(f"{f}: no 'timestamp' column")
+        times = _column_to_numpy(t.column("timestamp"), "timestamp", None, where).astype(np.float64)
+        check_times(times, where)
+        if table[e]["length"] >= 0 and table[e]["length"] != len(times):
+            warnings.warn(f"{where}: {len(times)} rows, the episode metadata says {table[e]['length']}",
+                          stacklevel=2)
+        streams = {}
+        for name in t.column_names:
+            if name in BOOKKEEPING:
+                continue
+            feat = features.get(name, {})
+            if feat.get("dtype") == "image":
+                values = _decode_image_column(t.column(name), name, where)
+            else:
+                values = _column_to_numpy(t.column(name), name, feat.get("shape"), where)
+            if values is None:
+                warnings.warn(f"{f}: column '{name}' of type {t.schema.field(name).type} is not supported; skipped",
+                              stacklevel=2)
+                continue
+            streams[name] = (values, times)
+            kinds.setdefault(name, infer_kind(values))
+            rates.setdefault(name, fps)
+            if name not in names:
+                names[name] = _feature_names(feat, values.shape[1] if values.ndim == 2 else None)
+        out_eps.append(streams)
+        tasks.append(table[e]["tasks"])
+
+    # --- GR00T modality sub-keys: sliced copies sharing the parent's times
+    aliases = read_modality(root)
+    stats = read_stats(root)
+    if modality_subkeys:
+        for alias, (orig, start, end) in aliases.items():
+            if start is None or orig not in out_eps[0]:
+                continue
+            dim = out_eps[0][orig][0].shape[-1]
+            if not 0 <= start < end <= dim:
+                raise ReaderError(f"{root / 'meta' / 'modality.json'}: {alias} slice [{start}, {end}) is outside "
+                                  f"'{orig}' of width {dim}")
+            for streams in out_eps:
+                v, tt = streams[orig]
+                streams[alias] = (np.ascontiguousarray(v[:, start:end]), tt)
+            kinds[alias], rates[alias] = kinds[orig], rates[orig]
+            if names.get(orig):
+                names[alias] = names[orig][start:end]
+            if orig in stats:
+                stats[alias] = {s: a[start:end] if a.ndim == 1 and a.shape[0] == dim else a
+                                for s, a in stats[orig].items()}
+
+    # --- GR00T annotation keys: task-index columns as text streams (the task strings)
+    if annotations == "text" and out_eps:
+        task_table = _task_table(root, major)
+        for alias, (orig, start, end) in aliases.items():
+            if start is not None or not alias.startswith("annotation.") or orig not in out_eps[0]:
+                continue
+            if out_eps[0][orig][0].dtype.kind not in "iu" or out_eps[0][orig][0].ndim != 1:
+                continue
+            for e, streams in zip(selected, out_eps):
+                idx, tt = streams[orig]
+                unknown = np.setdiff1d(idx, list(task_table))
+                if len(unknown):
+                    raise ReaderError(f"{table[e]['data']}, episode {e}: column '{orig}' holds task index "
+                                      f"{int(unknown[0])}, which meta/tasks is missing")
+                streams[alias] = (np.array([task_table[int(i)] for i in idx], dtype=str), tt)
+            kinds[alias], rates[alias] = "text", rates[orig]
+
+    # --- videos
+    video_keys = [k for k, feat in features.items() if feat.get("dtype") == "video"]
+    decoded_with = None
+    skipped = []
+    if load_video and video_keys:
+        decoded_with = resolve_backend(video_backend)
+        jobs = {}  # file -> [(episode position, key)]
+        for key in video_keys:
+            vid_tmpl = info.get("video_path")
+            if not vid_tmpl:
+                raise ReaderError(f"{info_path}: video feature '{key}' but no 'video_path'")
+            paths = {}
+            for i, e in enumerate(selected):
+                if major == 2:
+                    p = root / vid_tmpl.format(episode_chunk=e // chunks_size, video_key=key, episode_index=e)
+                else:
+                    row = table[e]["row"]
+                    p = root / vid_tmpl.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
+                                               file_index=int(row[f"videos/{key}/file_index"]))
+                paths[i] = p
+            present = {i: p for i, p in paths.items() if p.is_file()}
+            if not present:
+                skipped.append(key)
+                warnings.warn(f"{root}: video feature '{key}' is listed in meta/info.json but none of its files "
+                              f"exist (e.g. {paths[0]}); skipped", stacklevel=2)
+                continue
+            if len(present) < len(paths):
+                lost = [str(paths[i]) for i in paths if i not in present]
+                raise ReaderError(f"{lost[0]}: video file not found ({len(lost)} of {len(paths)} files of "
+                                  f"'{key}' are missing)")
+            for i, p in present.items():
+                jobs.setdefault(p, []).append((i, key))
+        order = list(jobs)
+        results = dict(zip(order, decode_videos(order, resize=video_resize, backend=decoded_with,
+                                                max_workers=max_workers, show_progress=show_progress)))
+        for p, uses in jobs.items():
+            frames, ftimes = results[p]
+            for i, key in uses:
+                e = selected[i]
+                where = f"{p}, episode {e}"
+                feat = features[key]
+                vfps = float((feat.get("video_info") or feat.get("info") or {}).get("video.fps") or fps)
+                if major == 3:
+                    row = table[e]["row"]
+                    t0 = float(row[f"videos/{key}/from_timestamp"])
+                    t1 = float(row[f"videos/{key}/to_timestamp"])
+                    half = 0.5 / vfps
+                    sel = (ftimes >= t0 - half) & (ftimes < t1 - half)
+                    fr, ft = frames[sel], ftimes[sel] - t0
+                else:
+                    fr, ft = frames, ftimes
+                n_rows = len(out_eps[i][next(iter(out_eps[i]))][1]) if out_eps[i] else len(fr)
+                if video_timestamps == "parquet":
+                    if len(fr) != n_rows:
+                        raise ReaderError(f"{where}: video_timestamps='parquet' needs one frame per row, the video "
+                                          f"has {len(fr)} frames and the parquet {n_rows} rows")
+                    ft = next(iter(out_eps[i].values()))[1]
+                elif len(fr) != n_rows:
+                    warnings.warn(f"{where}: {len(fr)} video frames for {n_rows} parquet rows", stacklevel=2)
+                check_times(ft, where)
+                out_eps[i][key] = (fr, np.ascontiguousarray(ft, dtype=np.float64))
+            kinds[key], rates[key] = "image", vfps
+            names.pop(key, None)
+
+    present_keys = set(out_eps[0]) if out_eps else set()
+    for streams in out_eps[1:]:
+        if set(streams) != present_keys:
+            raise ReaderError(f"{root}: episodes have different columns: {sorted(set(streams) ^ present_keys)}")
+    return Episodes(
+        episodes=out_eps, kinds=kinds, rates=rates, tasks=tasks,
+        stats={k: v for k, v in stats.items() if k in present_keys and kinds.get(k) != "text"} or None,
+        feature_names={k: v for k, v in names.items() if v} or None,
+        source=str(root),
+        extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
+               "video_backend": decoded_with, "skipped_videos": skipped, "fps": fps,
+               "task_table": _task_table(root, major), "files": [str(table[e]["data"]) for e in selected]})
+
+
+def _task_table(root: Path, major: int) -> dict[int, str]:
+    """task_index -> task string (tasks.jsonl in v2, tasks.parquet in v3); {} when absent."""
+    if major == 2:
+        p = root / "meta" / "tasks.jsonl"
+        return {int(r["task_index"]): r["task"] for r in _load_jsonl(p)} if p.is_file() else {}
+    p = root / "meta" / "tasks.parquet"
+    if not p.is_file():
+        return {}
+    t = _read_parquet(p).to_pydict()
+    col = "task" if "task" in t else next((k for k in t if k != "task_index"), None)
+    return {int(i): s for i, s in zip(t["task_index"], t[col])} if col else {}

@@ -339,13 +339,14 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
     # --- GR00T annotation keys: task-index columns as text streams (the task strings)
     if annotations == "text" and out_eps:
         task_table = _task_table(root, major)
+        raw = [dict(streams) for streams in out_eps]  # the integer columns, before aliases replace them
         for alias, (orig, start, end) in aliases.items():
-            if start is not None or not alias.startswith("annotation.") or orig not in out_eps[0]:
+            if start is not None or not alias.startswith("annotation.") or orig not in raw[0]:
                 continue
-            if out_eps[0][orig][0].dtype.kind not in "iu" or out_eps[0][orig][0].ndim != 1:
+            if raw[0][orig][0].dtype.kind not in "iu" or raw[0][orig][0].ndim != 1:
                 continue
-            for e, streams in zip(selected, out_eps):
-                idx, tt = streams[orig]
+            for e, streams, cols in zip(selected, out_eps, raw):
+                idx, tt = cols[orig]
                 unknown = np.setdiff1d(idx, list(task_table))
                 if len(unknown):
                     raise ReaderError(f"{table[e]['data']}, episode {e}: column '{orig}' holds task index "

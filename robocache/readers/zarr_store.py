@@ -87,12 +87,20 @@ def _read_fast(root, key, meta, workers):
 
 
 def _read_zarr(group, key, path):
+    """Through zarr; on a decode failure, find the bad chunk (along time) to name it."""
+    arr = group[key]
+    name = os.path.join(path, "data", key)
     try:
-        return group[key][...]
-    except KeyError:
-        raise
+        return arr[...]
     except Exception as e:
-        raise ReaderError(f"{os.path.join(path, key)}: cannot read zarr array (corrupt chunk?): {e}") from e
+        rows = arr.chunks[0] if arr.ndim else 0
+        for i in range(-(-arr.shape[0] // rows) if rows else 0):
+            try:
+                arr[i * rows:(i + 1) * rows]
+            except Exception:
+                raise ReaderError(f"{name}: cannot read chunk {i} (rows {i * rows}..{min((i + 1) * rows, arr.shape[0])}"
+                                  f"; corrupt or truncated?): {e}") from e
+        raise ReaderError(f"{name}: cannot read zarr array (corrupt chunk?): {e}") from e
 
 
 def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_progress=None,

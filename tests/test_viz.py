@@ -1,0 +1,373 @@
+"""robocache.viz on small synthetic data (Agg backend, no display), and examples/explore.ipynb
+executed top to bottom on the real GR00T PickNPlace set.
+
+Each viz function must return a Figure with the expected axes and artists, draw into given
+axes, accept CPU and CUDA tensors, and refuse what it cannot draw with a message naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg", force=True)
+import matplotlib.pyplot as plt  # noqa: E402
+
+import robocache  # noqa: E402
+from robocache import viz  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "examples" / "explore.ipynb"
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def multirate(rng, device="cpu"):
+    """Two episodes: joints [n,5] at 200 Hz, gripper [n] at 30 Hz, camera [n,8,6,3] uint8 at
+    10 Hz, a float camera [n,3,8,6] (channel-first, 0..255), a text stream, a point-cloud stream."""
+    eps = []
+    for e, dur in enumerate((1.0, 0.6)):
+        tj = np.arange(0, dur, 1 / 200)
+        tg = 0.01 + np.arange(0, dur, 1 / 30)
+        tc = np.arange(0, dur, 1 / 10)
+        eps.append({
+            "joints": (rng.standard_normal((len(tj), 5)).cumsum(0).astype(np.float32), tj),
+            "gripper": (np.sin(2 * np.pi * tg), tg),
+            "camera": (rng.integers(0, 256, (len(tc), 8, 6, 3), dtype=np.uint8), tc),
+            "depth": (rng.uniform(0, 255, (len(tc), 3, 8, 6)).astype(np.float32), tc),
+            "phase": (np.array(["reach", "grasp"] * 2)[: 2 + e], np.linspace(0, dur, 2 + e)),
+            "lidar": ([rng.standard_normal((7, 3)).astype(np.float32) for _ in tc], tc),
+        })
+    kinds = {"camera": "image", "depth": "image"}
+    return robocache.Dataset.from_episodes(eps, kinds=kinds, device=device,
+                                           feature_names={"joints": [f"j{i}" for i in range(5)]})
+
+
+@pytest.fixture
+def ds(rng):
+    return multirate(rng)
+
+
+# ----------------------------------------------------------------------------
+# plot_episode
+
+
+def test_plot_episode_axes_and_artists(ds):
+    fig = viz.plot_episode(ds, 0, ["joints", "gripper"], dims=2)
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert len(fig.axes) == 2
+    # per drawn dim: raw markers + resampled line
+    assert len(fig.axes[0].lines) == 2 * 2
+    assert len(fig.axes[1].lines) == 2 * 1  # gripper is scalar
+    raw, line = fig.axes[1].lines
+    v, t = ds.streams["gripper"].episode(0)
+    np.testing.assert_array_equal(raw.get_xdata(), t.numpy())
+    np.testing.assert_array_equal(raw.get_ydata(), v.numpy())
+    assert raw.get_linestyle() == "None" and raw.get_marker() == "o"
+    # default rate: the fastest stream (200 Hz), grid over the union of both streams' spans
+    x = np.asarray(line.get_xdata())
+    np.testing.assert_allclose(np.diff(x), 1 / 200, rtol=1e-9)
+    assert x[0] == 0.0
+    # line == ds.resample on that grid, NaN where the gripper stream is padded (before 0.01 s)
+    out, pad = ds.resample("gripper", [0], torch.from_numpy(x)[None], return_mask=True)
+    want = out[0].numpy().astype(np.float64)
+    want[pad[0].numpy()] = np.nan
+    np.testing.assert_array_equal(np.asarray(line.get_ydata()), want)
+    assert np.isnan(line.get_ydata()[0])
+    assert "j0" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_plot_episode_defaults_rate_mode_dims(ds):
+    fig = viz.plot_episode(ds, -1)  # default keys: the continuous streams
+    assert [a.get_title(loc="left").split(":")[0] for a in fig.axes] == ["joints", "gripper"]
+    assert len(fig.axes[0].lines) == 2 * 3  # first 3 of 5 dims
+    fig = viz.plot_episode(ds, 1, "joints", rate=50, mode="previous", dims=[4, -1, 0])
+    (a,) = fig.axes
+    assert len(a.lines) == 6
+    x = np.asarray(a.lines[1].get_xdata())
+    np.testing.assert_allclose(np.diff(x), 1 / 50, rtol=1e-9)
+    v, _ = ds.streams["joints"].episode(1)
+    out = ds.resample("joints", [1], torch.from_numpy(x)[None], mode="previous")[0]
+    np.testing.assert_array_equal(a.lines[1].get_ydata(), out[:, 4].numpy())
+    assert "previous" in a.get_title(loc="left")
+    # text streams draw their indices
+    fig = viz.plot_episode(ds, 0, "phase")
+    assert len(fig.axes[0].lines) == 2
+
+
+def test_plot_episode_into_given_axes(ds):
+    fig, axes = plt.subplots(1, 2)
+    assert viz.plot_episode(ds, 0, ["joints", "gripper"], ax=axes) is fig
+    assert all(len(a.lines) for a in axes)
+    fig1, a = plt.subplots()
+    assert viz.plot_episode(ds, 0, "gripper", ax=a) is fig1
+    with pytest.raises(ValueError, match="draws 2 axes; ax= gave 1"):
+        viz.plot_episode(ds, 0, ["joints", "gripper"], ax=a)
+
+
+def test_plot_episode_errors(ds):
+    with pytest.raises(KeyError, match="no stream 'nope'.*joints"):
+        viz.plot_episode(ds, 0, ["joints", "nope"])
+    with pytest.raises(IndexError, match="episode 2 out of range for 2 episodes"):
+        viz.plot_episode(ds, 2, "joints")
+    with pytest.raises(IndexError, match="episode -3 out of range"):
+        viz.plot_episode(ds, -3, "joints")
+    with pytest.raises(TypeError, match="episode must be an int"):
+        viz.plot_episode(ds, 0.5, "joints")
+    with pytest.raises(ValueError, match="image stream.*show_frames"):
+        viz.plot_episode(ds, 0, "camera")
+    with pytest.raises(ValueError, match="pointcloud stream"):
+        viz.plot_episode(ds, 0, "lidar")
+    with pytest.raises(IndexError, match="feature 5 out of range for stream 'joints' with 5 features"):
+        viz.plot_episode(ds, 0, "joints", dims=[0, 5])
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="rate must be"):
+            viz.plot_episode(ds, 0, "joints", rate=bad)
+    with pytest.raises(ValueError, match="give a lower rate="):
+        viz.plot_episode(ds, 0, "joints", rate=1e8)
+    with pytest.raises(ValueError, match="keys is empty"):
+        viz.plot_episode(ds, 0, [])
+    with pytest.raises(TypeError, match="mode"):
+        viz.plot_episode(ds, 0, "phase", mode="linear")  # int64 text indices cannot be interpolated
+
+
+def test_plot_episode_empty_stream_in_episode(rng):
+    t = np.arange(10) / 10
+    ds = robocache.Dataset.from_episodes([{"a": (np.ones(10), t), "b": (np.zeros(10), t)},
+                                          {"a": (np.ones(10), t)}])
+    fig = viz.plot_episode(ds, 1, ["a", "b"])  # b is empty in episode 1: no points, all-NaN line
+    raw, line = fig.axes[1].lines
+    assert len(raw.get_xdata()) == 0 and np.isnan(line.get_ydata()).all()
+    ds2 = robocache.Dataset.from_episodes([{"a": (np.ones(3), t[:3])}, {"a": (np.zeros(0), t[:0])}])
+    with pytest.raises(ValueError, match="episode 1 has no samples in 'a'"):
+        viz.plot_episode(ds2, 1, "a")
+
+
+# ----------------------------------------------------------------------------
+# show_frames
+
+
+def test_show_frames_evenly_spaced(ds):
+    fig = viz.show_frames(ds, "camera", 0, n=4)
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert len(fig.axes) == 4
+    v, t = ds.streams["camera"].episode(0)  # 10 frames: 0, 3, 6, 9
+    for a, i in zip(fig.axes, (0, 3, 6, 9)):
+        (im,) = a.get_images()
+        np.testing.assert_array_equal(np.asarray(im.get_array()), v[i].numpy())
+        assert a.get_title() == f"t={float(t[i]):.3f} s"
+    # more frames asked than the episode has: all of them
+    assert len(viz.show_frames(ds, "camera", 1, n=50).axes) == 6
+
+
+def test_show_frames_at_times_nearest(ds):
+    # frames at 0.0, 0.1, ...: 0.04 -> 0.0; 0.05 is a tie -> the later frame (resample nearest); far -> last
+    fig = viz.show_frames(ds, "camera", 0, times=[0.04, 0.05, 0.33, 99.0])
+    assert [a.get_title() for a in fig.axes] == ["t=0.000 s", "t=0.100 s", "t=0.300 s", "t=0.900 s"]
+    v, _ = ds.streams["camera"].episode(0)
+    np.testing.assert_array_equal(np.asarray(fig.axes[1].get_images()[0].get_array()), v[1].numpy())
+    fig = viz.show_frames(ds, "camera", 0, times=0.2)
+    assert len(fig.axes) == 1
+
+
+def test_show_frames_float_channel_first(ds):
+    fig = viz.show_frames(ds, "depth", 1, n=2)
+    img = np.asarray(fig.axes[0].get_images()[0].get_array())
+    assert img.shape == (8, 6, 3) and img.dtype == np.float32
+    assert 0 <= img.min() and img.max() <= 1  # 0..255 floats scaled to 0..1
+
+
+def test_show_frames_into_given_axes_and_errors(ds):
+    fig, axes = plt.subplots(1, 3)
+    assert viz.show_frames(ds, "camera", 0, n=3, ax=axes) is fig
+    with pytest.raises(ValueError, match="draws 2 axes; ax= gave 3"):
+        viz.show_frames(ds, "camera", 0, n=2, ax=axes)
+    with pytest.raises(KeyError, match="no stream 'cam'"):
+        viz.show_frames(ds, "cam", 0)
+    with pytest.raises(IndexError, match="episode 5 out of range for 2 episodes"):
+        viz.show_frames(ds, "camera", 5)
+    with pytest.raises(ValueError, match="'joints'.*is not an image stream"):
+        viz.show_frames(ds, "joints", 0)
+    with pytest.raises(ValueError, match="'lidar'.*is not an image stream"):
+        viz.show_frames(ds, "lidar", 0)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        viz.show_frames(ds, "camera", 0, n=0)
+    with pytest.raises(ValueError, match="times must be finite"):
+        viz.show_frames(ds, "camera", 0, times=[0.1, float("nan")])
+    with pytest.raises(ValueError, match="non-empty"):
+        viz.show_frames(ds, "camera", 0, times=[])
+
+
+# ----------------------------------------------------------------------------
+# voxels
+
+
+def test_voxels_max_projections():
+    g = np.zeros((5, 4, 3), np.float32)
+    g[1, 2, 0] = 2.0
+    g[4, 0, 2] = 1.0
+    fig = viz.voxels(g)
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert len(fig.axes) == 3
+    xy, xz, yz = (np.ma.filled(np.asarray(a.get_images()[0].get_array(), dtype=float), np.nan) for a in fig.axes)
+    # images are transposed so the first named axis runs right: [rows = second axis, cols = first axis]
+    assert xy.shape == (4, 5) and xz.shape == (3, 5) and yz.shape == (3, 4)
+    assert xy[2, 1] == 2.0 and xy[0, 4] == 1.0 and np.isnan(xy).sum() == 18
+    assert xz[0, 1] == 2.0 and xz[2, 4] == 1.0
+    assert yz[0, 2] == 2.0 and yz[2, 0] == 1.0
+    assert [a.get_xlabel() + a.get_ylabel() for a in fig.axes] == ["xy", "xz", "yz"]
+    # threshold hides the weaker voxel
+    fig = viz.voxels(g, threshold=1.5)
+    xy = np.ma.filled(np.asarray(fig.axes[0].get_images()[0].get_array(), dtype=float), np.nan)
+    assert np.isnan(xy[0, 4]) and xy[2, 1] == 2.0
+
+
+def test_voxels_3d_scatter_and_leading_dims():
+    g = np.zeros((2, 1, 5, 4, 3), np.uint8)  # [B, F, X, Y, Z]: grid[0, 0] is drawn
+    g[0, 0, 1, 2, 0] = 1
+    g[0, 0, 3, 3, 2] = 1
+    g[1, 0] = 1
+    fig = viz.voxels(g, view="3d")
+    (a,) = fig.axes
+    assert a.name == "3d"
+    (sc,) = a.collections
+    xs, ys, zs = sc._offsets3d
+    assert sorted(zip(xs, ys, zs)) == [(1, 2, 0), (3, 3, 2)]
+    assert "2 voxels" in a.get_title()
+    for shape in ((2, 5, 4, 3), (5, 4, 3)):
+        assert len(viz.voxels(np.ones(shape, bool), view="3d").axes[0].collections[0].get_offsets()) == 60
+
+
+def test_voxels_real_voxelize_output_torch(rng):
+    pts = torch.from_numpy(rng.uniform(0, 1, (200, 3)).astype(np.float32))
+    feats = torch.from_numpy(rng.uniform(1, 2, (200, 2)).astype(np.float32))
+    grid = robocache.voxelize(pts, features=feats, grid=(6, 5, 4), voxel_size=(1 / 6, 1 / 5, 1 / 4),
+                              origin=(0, 0, 0), mode="max")  # [F=2, X, Y, Z]
+    fig = viz.voxels(grid, view="3d")
+    n = int((grid[0] > 0).sum())
+    assert len(fig.axes[0].collections[0].get_offsets()) == n
+    fig = viz.voxels(grid.to(torch.bfloat16))
+    assert len(fig.axes) == 3
+
+
+def test_voxels_into_given_axes_and_errors():
+    g = np.ones((3, 3, 3))
+    fig, axes = plt.subplots(1, 3)
+    assert viz.voxels(g, ax=axes) is fig
+    fig3 = plt.figure()
+    a3 = fig3.add_subplot(projection="3d")
+    assert viz.voxels(g, view="3d", ax=a3) is fig3
+    with pytest.raises(ValueError, match="projection='3d'"):
+        viz.voxels(g, view="3d", ax=axes[0])
+    with pytest.raises(ValueError, match="draws 3 axes; ax= gave 2"):
+        viz.voxels(g, ax=axes[:2])
+    with pytest.raises(ValueError, match="view must be 'max' or '3d'"):
+        viz.voxels(g, view="side")
+    with pytest.raises(ValueError, match="got 2 dims"):
+        viz.voxels(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="empty"):
+        viz.voxels(np.ones((0, 3, 3)))
+
+
+# ----------------------------------------------------------------------------
+# matplotlib missing
+
+
+def test_missing_matplotlib_says_which_extra(ds, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_mpl(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    for call in (lambda: viz.plot_episode(ds, 0), lambda: viz.show_frames(ds, "camera", 0),
+                 lambda: viz.voxels(np.ones((2, 2, 2)))):
+        with pytest.raises(ImportError, match=r"pip install robocache\[viz\]"):
+            call()
+
+
+# ----------------------------------------------------------------------------
+# CUDA tensors are moved to the host for drawing
+
+
+@pytest.mark.cuda
+def test_viz_on_cuda(rng):
+    ds = multirate(rng, device="cuda")
+    cpu = multirate(np.random.default_rng(rng.seed), device="cpu")
+    f_gpu, f_cpu = viz.plot_episode(ds, 0, ["joints", "gripper"]), viz.plot_episode(cpu, 0, ["joints", "gripper"])
+    for a, b in zip(f_gpu.axes, f_cpu.axes):
+        for la, lb in zip(a.lines, b.lines):
+            np.testing.assert_array_equal(la.get_ydata(), lb.get_ydata())
+    assert len(viz.show_frames(ds, "camera", 1, times=[0.0, 0.3]).axes) == 2
+    g = torch.zeros((4, 3, 2), device="cuda")
+    g[1, 1, 1] = 1
+    assert len(viz.voxels(g).axes) == 3
+    assert len(viz.voxels(g, view="3d").axes[0].collections[0].get_offsets()) == 1
+
+
+# ----------------------------------------------------------------------------
+# the example notebook, top to bottom
+
+
+def _run_cell(src: str, ns: dict, name: str):
+    """exec a code cell; a trailing expression is evaluated and rendered as Jupyter would
+    (``_repr_html_`` first), so the display path runs too."""
+    tree = ast.parse(src, filename=name)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, name, "exec"), ns)
+    if last is not None:
+        value = eval(compile(ast.Expression(last.value), name, "eval"), ns)
+        if hasattr(value, "_repr_html_"):
+            assert isinstance(value._repr_html_(), str)
+        else:
+            repr(value)
+
+
+def test_notebook_is_clean():
+    nb = json.loads(NOTEBOOK.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code, "the notebook has no code cells"
+    for c in code:
+        assert c.get("outputs") == [] and c.get("execution_count") is None, "commit the notebook with outputs cleared"
+        assert not any(line.lstrip().startswith(("%", "!")) for line in c["source"]), \
+            "no IPython magics: the test runs the cells as plain Python"
+
+
+def test_notebook_runs_top_to_bottom(DATA, monkeypatch):
+    pytest.importorskip("pyarrow", reason="the notebook reads parquet: pip install robocache[lerobot]")
+    from robocache.readers import available_backends
+    if not available_backends():
+        pytest.skip("no video backend (PyAV, OpenCV or torchvision.io) to decode the ego-view videos")
+    if not (DATA / "groot_picknplace").is_dir() or not (DATA / "pointclouds" / "kitti_000008.bin").is_file():
+        pytest.skip(f"{DATA} lacks groot_picknplace/ or pointclouds/kitti_000008.bin")
+    monkeypatch.setenv("ROBOCACHE_DATA", str(DATA))
+    monkeypatch.chdir(NOTEBOOK.parent)  # where Jupyter runs it
+    nb = json.loads(NOTEBOOK.read_text())
+    ns: dict = {"__name__": "__main__"}
+    n = 0
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        _run_cell("".join(cell["source"]), ns, f"{NOTEBOOK.name}[cell {i}]")
+        n += 1
+    assert n >= 10
+    # what the notebook claims, checked
+    ds = ns["ds"]
+    assert len(ds) == 5 and ds.num_frames == 2096
+    assert ns["frames"].shape == (3, 16, 256, 256, 3)
+    assert ns["is_pad"].sum(1).tolist() == [0, 0, 7]  # episode 4 ends at 16.4 s
+    assert len(plt.get_fignums()) >= 6

@@ -46,7 +46,7 @@ def make_episodes(rng, E=4, empty=(2,), missing=None):
             "camera": (rng.integers(0, 256, (len(tc), 6, 5, 3), dtype=np.uint8), tc),
             "cloud": ([rng.standard_normal((int(rng.integers(0, 40)), 4)).astype(np.float32) for _ in tp], tp),
             "gripper": (rng.integers(0, 3, len(tj)).astype(np.int32), tj.copy()),
-            "task": (np.array(["reach", "grasp", "lift"])[np.minimum(np.arange(len(tp)) // 4, 2)], tp.copy()),
+            "task": (np.array(["reach", "grasp", "lift"])[np.arange(len(tp)) // 2 % 3], tp.copy()),
         }
         if missing and missing[0] == e:
             del ep[missing[1]]
@@ -405,7 +405,7 @@ def test_stats_chunked_and_subsampled(monkeypatch, rng):
     np.testing.assert_array_equal(np_(st["min"]), xd.min(0))
     for q, k in ((0.01, "q01"), (0.99, "q99")):
         ref = np.quantile(xd, q, axis=0)
-        assert (np.abs(np_(st[k]) - ref) <= 0.15 * xd.std(0)).all(), (k, np_(st[k]), ref)
+        assert (np.abs(np_(st[k]) - ref) <= 0.3 * xd.std(0)).all(), (k, np_(st[k]), ref)
         # deterministic: the documented subsample
         pick = np.round(np.linspace(0, len(x) - 1, 5000)).astype(np.int64)
         np.testing.assert_allclose(np_(st[k]), np.quantile(xd[pick], q, axis=0), rtol=1e-12)

@@ -266,8 +266,10 @@ class Stream:
         images and point clouds are reduced per channel (last dim: ``[C]``). std is the
         population std (ddof=0, as numpy and LeRobot). min/max/mean/std use every row;
         q01/q99 use ``torch.quantile`` (linear interpolation, numpy's default) on all rows up
-        to ``QUANTILE_ROWS`` rows, else on that many evenly spaced rows (deterministic). Text
-        streams have no statistics (``{}``); empty streams give NaN.
+        to ``QUANTILE_ROWS`` rows, else on that many evenly spaced rows (deterministic).
+        8-bit values (uint8 images, int8, bool) use per-feature 256-bin histograms instead:
+        exact over all rows, quantiles included. Text streams have no statistics (``{}``);
+        empty streams give NaN.
         """
         if "stats" not in self._cache:
             self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
@@ -281,6 +283,9 @@ class Stream:
         if m == 0:
             nan = torch.full(shape, math.nan, **f64)
             return {k: nan.clone() for k in ("min", "max", "mean", "std", "q01", "q99")}
+        if rows.dtype in (torch.uint8, torch.int8, torch.bool):
+            out = self._histogram_stats(rows)
+            return {k: v.reshape(shape) for k, v in out.items()}
         # Chan et al. pairwise combination of (count, mean, M2) over float64 chunks
         step = max(1, STATS_CHUNK // max(c, 1))
         n_acc, mean, m2 = 0, torch.zeros(c, **f64), torch.zeros(c, **f64)
@@ -308,6 +313,38 @@ class Stream:
         q = torch.quantile(sample, torch.tensor([0.01, 0.99], **f64), dim=0)
         out = {"min": lo, "max": hi, "mean": mean, "std": std, "q01": q[0], "q99": q[1]}
         return {k: v.reshape(shape) for k, v in out.items()}
+
+    def _histogram_stats(self, rows) -> dict:
+        """8-bit values (images): one 256-bin histogram per feature, so every statistic,
+        q01/q99 included, is exact over all rows; ~10x faster than float64 reductions."""
+        torch = _torch()
+        m, c = rows.shape
+        dev = self.device
+        base = (torch.arange(c, dtype=torch.int32, device=dev) * 256)
+        shift = 128 if rows.dtype == torch.int8 else 0
+        counts = torch.zeros(256 * c, dtype=torch.int64, device=dev)
+        step = max(1, STATS_CHUNK // max(c, 1))
+        for a in range(0, m, step):
+            x = rows[a:a + step].to(torch.int32).add_(base + shift)
+            counts += torch.bincount(x.reshape(-1), minlength=256 * c)
+        counts = counts.reshape(c, 256)
+        levels = torch.arange(256, dtype=torch.float64, device=dev) - shift
+        w = counts.to(torch.float64)
+        mean = (w * levels).sum(1) / m
+        std = ((w * (levels - mean[:, None]) ** 2).sum(1) / m).sqrt()
+        seen = counts > 0
+        lo = levels[seen.to(torch.uint8).argmax(1)]
+        hi = levels[255 - seen.flip(1).to(torch.uint8).argmax(1)]
+        cum = counts.cumsum(1)
+
+        def quantile(q):  # numpy's linear interpolation between the order statistics around q*(m-1)
+            pos = q * (m - 1)
+            k = math.floor(pos)
+            ranks = torch.tensor([k, min(k + 1, m - 1)], dtype=torch.int64, device=dev).expand(c, 2).contiguous()
+            v = levels[torch.searchsorted(cum, ranks, right=True)]
+            return v[:, 0] + (v[:, 1] - v[:, 0]) * (pos - k)
+
+        return {"min": lo, "max": hi, "mean": mean, "std": std, "q01": quantile(0.01), "q99": quantile(0.99)}
 
     # --- access --------------------------------------------------------------------------
 
@@ -346,7 +383,8 @@ class Stream:
     def _summary(self) -> dict:
         return {"name": self.name, "kind": self.kind, "dtype": _dtype_name(self.dtype), "shape": self._shape_text(),
                 "mode": self.mode, "rate": _fmt_rate(self.rate), "samples": self.num_samples,
-                "episodes": f"{int((self.lengths > 0).sum())}/{self.num_episodes} ep", "duration": _fmt_seconds(self.duration),
+                "episodes": f"{int((self.lengths > 0).sum())}/{self.num_episodes} ep",
+                "duration": _fmt_seconds(self.duration),
                 "memory": _fmt_bytes(self.nbytes)}
 
     def __repr__(self) -> str:

@@ -23,6 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ._C import resample as _resample
+
 __all__ = ["Dataset", "Episode", "PointClouds", "Stream"]
 
 KINDS = ("continuous", "discrete", "image", "pointcloud", "text")
@@ -892,21 +894,19 @@ class Dataset:
         """
         torch = _torch()
         s = self.streams[name]
-        idx = torch.as_tensor(episode_index, device=self.device)
-        if idx.dtype != torch.int64:
-            idx = idx.to(torch.int64)
-        x = torch.as_tensor(new_times, device=self.device)
-        if x.dtype != torch.float64:
-            x = x.to(torch.float64)
+        dev, idx, x = self.device, episode_index, new_times
+        if not isinstance(idx, torch.Tensor) or idx.dtype != torch.int64 or idx.device != dev:
+            idx = torch.as_tensor(idx, device=dev).to(torch.int64)
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or x.device != dev:
+            x = torch.as_tensor(x, device=dev).to(torch.float64)
         values = s.values
         if s.kind == "pointcloud":
             values = s._cache.get("frame_ids")
             if values is None:
                 values = s._cache["frame_ids"] = torch.arange(s.num_samples, dtype=torch.int64, device=self.device)
-        from . import resample
-        return resample(values, s.times, x, mode=mode or s.mode, offsets=s.offsets, index=idx, out=out,
+        return _resample(values, s.times, x, mode=mode or s.mode, offsets=s.offsets, index=idx, out=out,
                         return_mask=return_mask, tolerance=tolerance,
-                        check=False if self.device.type == "cuda" else None)
+                        check=False if dev.type == "cuda" else None)
 
     def to(self, device) -> "Dataset":
         """A Dataset with every tensor on ``device``; self when it is there already (as

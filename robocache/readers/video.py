@@ -24,10 +24,12 @@ def available_backends() -> list[str]:
     names = []
     for name, module in (("pyav", "av"), ("opencv", "cv2"), ("torchvision", "torchvision.io")):
         try:
-            __import__(module)
-            names.append(name)
+            mod = __import__(module, fromlist=["_"])
         except ImportError:
-            pass
+            continue
+        # torchvision >= 0.26 dropped io.read_video: importable is not the same as usable
+        if name != "torchvision" or hasattr(mod, "read_video"):
+            names.append(name)
     return names
 
 

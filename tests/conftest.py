@@ -107,6 +107,35 @@ def DATA():
     return path
 
 
+def read_euroc_imu(path):
+    """'#timestamp [ns],w_x,...,a_z' CSV with CRLF lines -> (t int64 ns, values [N, 6] float64).
+    The timestamps are parsed as Python ints, never through float: epoch ns exceed 2**53."""
+    t, v = [], []
+    for line in path.read_bytes().splitlines():
+        line = line.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        cols = line.split(b",")
+        assert len(cols) == 7, f"{path}: unexpected line {line[:80]!r}"
+        t.append(int(cols[0]))
+        v.append([float(c) for c in cols[1:]])
+    return np.array(t, np.int64), np.array(v, np.float64)
+
+
+@pytest.fixture(scope="session")
+def euroc(DATA):
+    """The real EuRoC V1_01 recording: IMU times (int64 ns), IMU values [29120, 6], camera times."""
+    root = DATA / "multirate" / "euroc_v1_01_easy"
+    imu_t, imu_v = read_euroc_imu(root / "EuRoC_IMU" / "V101.txt")
+    cam_t = np.array([int(s) for s in (root / "EuRoC_TimeStamps" / "V101.txt").read_bytes().split()], np.int64)
+    # what the tests rely on, checked rather than assumed
+    assert imu_v.shape == (29120, 6) and cam_t.shape == (2912,)
+    assert (np.diff(imu_t) > 0).all() and (np.diff(cam_t) > 0).all()
+    assert imu_t[0] > 2**53, "epoch nanoseconds: beyond float64's exact integers"
+    assert np.isin(cam_t, imu_t).all(), "every camera time is an IMU time"
+    return imu_t, imu_v, cam_t
+
+
 # ----------------------------------------------------------------------------
 # random inputs
 

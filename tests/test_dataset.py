@@ -290,25 +290,6 @@ def test_slerp_stream():
 # EuRoC: real IMU 200 Hz + camera 20 Hz, int64 epoch nanoseconds
 
 
-def read_euroc(root):
-    t, v = [], []
-    for line in (root / "EuRoC_IMU" / "V101.txt").read_bytes().splitlines():
-        line = line.strip()
-        if line and not line.startswith(b"#"):
-            cols = line.split(b",")
-            t.append(int(cols[0]))
-            v.append([float(c) for c in cols[1:]])
-    cam = np.array([int(s) for s in (root / "EuRoC_TimeStamps" / "V101.txt").read_bytes().split()], np.int64)
-    return np.array(t, np.int64), np.array(v, np.float64), cam
-
-
-@pytest.fixture(scope="module")
-def euroc(DATA):
-    imu_t, imu_v, cam_t = read_euroc(DATA / "multirate" / "euroc_v1_01_easy")
-    assert imu_v.shape == (29120, 6) and cam_t.shape == (2912,) and imu_t[0] > 2**53
-    return imu_t, imu_v, cam_t
-
-
 def test_euroc_multirate(euroc):
     imu_t, imu_v, cam_t = euroc
     frames = np.zeros((len(cam_t), 2, 2, 1), np.uint8)  # stand-in camera frames, the real timestamps

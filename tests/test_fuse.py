@@ -372,27 +372,6 @@ def test_tolerance_applies_to_every_stream(rng):
 # real data: EuRoC V1_01 IMU (200 Hz) + camera (20 Hz) onto a 10 Hz timeline
 
 
-def read_imu(path):
-    t, v = [], []
-    for line in path.read_bytes().splitlines():
-        line = line.strip()
-        if line and not line.startswith(b"#"):
-            cols = line.split(b",")
-            t.append(int(cols[0]))  # never through float: epoch ns > 2**53
-            v.append([float(c) for c in cols[1:]])
-    return np.array(t, np.int64), np.array(v, np.float64)
-
-
-@pytest.fixture(scope="module")
-def euroc(DATA):
-    root = DATA / "multirate" / "euroc_v1_01_easy"
-    imu_t, imu_v = read_imu(root / "EuRoC_IMU" / "V101.txt")
-    cam_t = np.array([int(s) for s in (root / "EuRoC_TimeStamps" / "V101.txt").read_bytes().split()], np.int64)
-    assert imu_v.shape == (29120, 6) and cam_t.shape == (2912,)
-    assert (np.diff(imu_t) > 0).all() and (np.diff(cam_t) > 0).all()
-    return imu_t, imu_v, cam_t
-
-
 @pytest.mark.parametrize("fw", ["numpy", pytest.param("torch", marks=needs_torch)])
 def test_euroc_imu_and_camera_onto_10hz(euroc, fw):
     """Two real streams at 200 Hz and 20 Hz: IMU (gyro, accel) linear, the camera frame number

@@ -27,34 +27,6 @@ def as_fw(a, fw):
     return torch.from_numpy(np.ascontiguousarray(a)) if fw == "torch" else a
 
 
-def read_imu(path):
-    """'#timestamp [ns],w_x,...,a_z' CSV with CRLF lines. The timestamps are
-    parsed as Python ints, never through float."""
-    t, v = [], []
-    for line in path.read_bytes().splitlines():
-        line = line.strip()
-        if not line or line.startswith(b"#"):
-            continue
-        cols = line.split(b",")
-        assert len(cols) == 7, f"{path}: unexpected line {line[:80]!r}"
-        t.append(int(cols[0]))
-        v.append([float(c) for c in cols[1:]])
-    return np.array(t, np.int64), np.array(v, np.float64)
-
-
-@pytest.fixture(scope="module")
-def euroc(DATA):
-    root = DATA / "multirate" / "euroc_v1_01_easy"
-    imu_t, imu_v = read_imu(root / "EuRoC_IMU" / "V101.txt")
-    cam_t = np.array([int(s) for s in (root / "EuRoC_TimeStamps" / "V101.txt").read_bytes().split()], np.int64)
-    # what the tests below rely on, checked rather than assumed
-    assert imu_v.shape == (29120, 6) and cam_t.shape == (2912,)
-    assert (np.diff(imu_t) > 0).all() and (np.diff(cam_t) > 0).all()
-    assert imu_t[0] > 2**53, "epoch nanoseconds: beyond float64's exact integers"
-    assert np.isin(cam_t, imu_t).all(), "every camera time is an IMU time"
-    return imu_t, imu_v, cam_t
-
-
 def interp_relative(imu_t, imu_v, x):
     rel = lambda a: (a - imu_t[0]).astype(np.float64)  # exact in int64, then < 2**53 ns
     return np.stack([np.interp(rel(x), rel(imu_t), imu_v[:, d]) for d in range(imu_v.shape[1])], axis=1)

@@ -9,10 +9,11 @@ from ._C import CudaError, get_num_threads, resample, set_num_threads
 from ._C import voxelize
 from ._C import fuse
 from .dataset import Dataset, Stream  # torch is imported inside, on first use
+from .loader import DataLoader, Window  # likewise
 
 __version__ = _C.__version__
-__all__ = ["CudaError", "Dataset", "Stream", "build_info", "cuda_available", "fuse", "get_num_threads", "resample",
-           "set_num_threads", "voxelize"]
+__all__ = ["CudaError", "DataLoader", "Dataset", "Stream", "Window", "build_info", "cuda_available", "fuse",
+           "get_num_threads", "resample", "set_num_threads", "voxelize"]
 
 
 def build_info() -> dict:

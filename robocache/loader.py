@@ -128,6 +128,9 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
         if s.kind == "pointcloud":
             raise ValueError(f"windows[{key!r}]: point-cloud stream {s.name!r} needs a voxel spec, "
                              "which the loader does not take yet")
+    image = any(s.kind == "image" for s in streams)
+    if image and len(names) > 1:
+        raise ValueError(f"windows[{key!r}]: image streams cannot be fused with others")
     if len({s.dtype for s in streams}) > 1:
         got = ", ".join(f"{s.name}: {s.dtype}" for s in streams)
         raise TypeError(f"windows[{key!r}]: fused streams must share one dtype ({got}); cast them in the dataset")
@@ -160,9 +163,6 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
         if m not in MODES:
             raise ValueError(f"windows[{key!r}]: mode {m!r} is not one of {MODES}")
 
-    image = any(s.kind == "image" for s in streams)
-    if image and len(names) > 1:
-        raise ValueError(f"windows[{key!r}]: image streams cannot be fused with others")
     if (w.layout is not None or w.resize is not None) and not image:
         raise ValueError(f"windows[{key!r}]: layout/resize are for image streams")
     layout = w.layout or "BTHWC"

@@ -356,7 +356,7 @@ class EpochSampler:
         return self.n // 2
 
     def __iter__(self):
-        return iter(range(self.epoch, self.n, 2))   # every other sample, shifted by the epoch
+        return iter(range(self.epoch, 2 * (self.n // 2), 2))   # every other sample, shifted by the epoch
 
 
 def test_sampler_replaces_order(synth):

@@ -150,6 +150,9 @@ static int clear(PyObject *m) {
     if (!st) return 0;
     Py_CLEAR(st->CudaError);
     Py_CLEAR(st->fallback);
+    Py_CLEAR(st->str_new_empty);
+    Py_CLEAR(st->kwnames_dtype);
+    for (int i = 0; i < RC_NUM_DTYPES; i++) Py_CLEAR(st->torch_dtypes[i]);
     for (int i = 0; i < st->n_apis; i++) Py_CLEAR(st->apis[i].type);
     st->n_apis = 0;
     Py_CLEAR(st->kw_values);

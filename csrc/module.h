@@ -16,11 +16,15 @@
 typedef struct {
     PyTypeObject *type;            /* strong ref */
     const DLPackExchangeAPI *api;  /* NULL: the type has no usable exchange API */
+    int is_torch;                  /* a torch.Tensor (sub)type: outputs come from torch.empty */
 } rc_api_entry;
 
 typedef struct {
     PyObject *CudaError;           /* robocache.CudaError */
     PyObject *fallback;            /* robocache._fallback, imported on first need */
+    /* for Tensor.new_empty: the method name, torch dtypes by rc_dtype, kwnames ("dtype",);
+     * filled on first need */
+    PyObject *str_new_empty, *torch_dtypes[RC_NUM_DTYPES], *kwnames_dtype;
     rc_api_entry apis[RC_API_CACHE];
     int n_apis;
     int num_threads;

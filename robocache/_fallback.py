@@ -1,6 +1,6 @@
 """Slow-path helpers the C extension calls for arrays whose type offers no DLPack C exchange
 API (numpy, cupy, ...): allocate an output in the caller's framework, make a contiguous copy,
-and find the framework's current CUDA stream. torch tensors never come here."""
+and find the framework's current CUDA stream."""
 import sys
 
 import numpy as np
@@ -22,11 +22,7 @@ def _numpy_dtype(name: str):
 
 def empty(like, shape: tuple, dtype: str):
     """An uninitialized C-contiguous array shaped `shape` in the framework/device of `like`."""
-    fw = _framework(like)
-    if fw == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+    fw = _framework(like)  # torch never comes here: C calls like.new_empty itself
     if fw == "cupy":
         import cupy
 

@@ -1,0 +1,175 @@
+"""GR00T-style training loop on GR00T PickNPlace, with the loader as a switch.
+
+    python examples/train_groot_style.py --loader robocache --steps 200
+    python examples/train_groot_style.py --loader torch --no-video
+
+Batches as GR00T builds them (``delta_indices``, min/max normalization): state ``[B, 1, 44]``
+(index 0), action chunk ``[B, 16, 44]`` (indices 0..15 at 20 Hz, the last action repeated past an
+episode's end with ``action_is_pad`` True) and, with ``--video``, the ego_view frame nearest to
+the anchor as ``[B, 1, 3, H, W]`` float in [0, 1]. ``--loader torch`` is the plain
+``torch.utils.data.DataLoader`` baseline (robocache/torch_reference.py, NumPy in
+``__getitem__``); ``--loader robocache`` is ``robocache.DataLoader``. Both give the same batches
+for the same seed (tests/test_train_groot_style.py). The policy predicts the action chunk from the
+state (and frame) with a masked MSE; the loop prints the time each step waits for data and the
+time it computes, and samples/s at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+try:
+    import robocache
+except ModuleNotFoundError:  # run from a checkout without installing: the repo root is the package's parent
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import robocache
+from robocache import Window
+
+IMAGE = "observation.images.ego_view"
+CHUNK = 16
+RATE = 20  # Hz, the dataset's fps: GR00T delta_indices are frames
+
+
+def default_data() -> Path:
+    root = os.environ.get("ROBOCACHE_DATA")
+    base = Path(root) if root else Path(__file__).resolve().parents[2] / "shared" / "data"
+    return base / "groot_picknplace"
+
+
+def load_dataset(path, video: bool = True, device="cpu") -> robocache.Dataset:
+    """The PickNPlace set as a robocache Dataset (``video=False`` skips decoding the mp4s)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the set lists a second camera whose files it does not ship
+        return robocache.Dataset.from_lerobot(path, load_video=video, device=device)
+
+
+def windows(video: bool = True) -> dict:
+    """GR00T's modality config as robocache Windows: what both loaders produce."""
+    w = {"state": Window("observation.state", indices=[0], rate=RATE, normalize="min_max"),
+         "action": Window("action", indices=range(CHUNK), rate=RATE, normalize="min_max")}
+    if video:
+        w["image"] = Window(IMAGE, indices=[0], rate=RATE, layout="BTCHW")
+    return w
+
+
+def make_loader(kind: str, ds: robocache.Dataset, batch_size: int = 64, seed: int = 0, epoch: int = 0,
+                video: bool = True, num_workers: int = 0):
+    """An iterable of batch dicts for epoch ``epoch``; the same batches for either ``kind``.
+
+    ``robocache``: made on ``ds.device``. ``torch``: made on the CPU by torch's DataLoader.
+    """
+    spec = windows(video)
+    if kind == "robocache":
+        loader = robocache.DataLoader(ds, batch_size, shuffle=True, seed=seed, windows=spec)
+        loader.set_epoch(epoch)
+        return loader
+    if kind == "torch":
+        from robocache.torch_reference import make_torch_loader
+        return make_torch_loader(ds, spec, batch_size, seed=seed, epoch=epoch, num_workers=num_workers,
+                                 pin_memory=torch.cuda.is_available())
+    raise ValueError(f"loader must be 'torch' or 'robocache', got {kind!r}")
+
+
+class Policy(nn.Module):
+    """State (+ frame) -> action chunk: an MLP over the state and a small conv image embedding."""
+
+    def __init__(self, state_dim=44, action_dim=44, chunk=CHUNK, hidden=256, video=True):
+        super().__init__()
+        self.chunk, self.action_dim = chunk, action_dim
+        self.state = nn.Sequential(nn.Linear(state_dim, hidden), nn.GELU())
+        self.image = nn.Sequential(
+            nn.Conv2d(3, 16, 5, stride=4, padding=2), nn.GELU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, hidden)) if video else None
+        self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, chunk * action_dim))
+
+    def forward(self, state, image=None):
+        h = self.state(state[:, 0])                                   # [B, hidden]
+        if self.image is not None:
+            h = h + self.image(image[:, 0])                           # one frame per sample
+        return self.head(h).view(-1, self.chunk, self.action_dim)
+
+
+def masked_mse(pred, action, is_pad):
+    """MSE over the real (not padded) steps of the chunk."""
+    keep = (~is_pad).unsqueeze(-1).to(pred.dtype)                    # [B, T, 1]
+    return ((pred - action) ** 2 * keep).sum() / (keep.sum() * pred.shape[-1]).clamp_min(1)
+
+
+def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: bool = True, seed: int = 0,
+          lr: float = 1e-3, num_workers: int = 0, log_every: int = 10, quiet: bool = False) -> dict:
+    """Train for ``steps`` steps; returns ``{"losses", "data_s", "compute_s", "samples"}``."""
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    model = Policy(video=video).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    losses, data_s, compute_s, samples, epoch = [], 0.0, 0.0, 0, 0
+    it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers))
+    while len(losses) < steps:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            epoch += 1
+            it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers))
+            continue
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        sync()
+        t1 = time.perf_counter()
+        pred = model(batch["state"], batch.get("image"))
+        loss = masked_mse(pred, batch["action"], batch["action_is_pad"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())                                    # syncs: compute is finished
+        t2 = time.perf_counter()
+        data_s += t1 - t0
+        compute_s += t2 - t1
+        samples += batch["action"].shape[0]
+        step = len(losses)
+        if not quiet and (step % log_every == 0 or step == 1):
+            print(f"step {step:5d}  loss {losses[-1]:.4f}  data {1e3 * (t1 - t0):7.2f} ms  "
+                  f"compute {1e3 * (t2 - t1):7.2f} ms")
+    return {"losses": losses, "data_s": data_s, "compute_s": compute_s, "samples": samples}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=default_data(),
+                    help="GR00T PickNPlace folder (default $ROBOCACHE_DATA/groot_picknplace, else ../shared/data/...)")
+    ap.add_argument("--loader", choices=("torch", "robocache"), default="robocache")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--video", action=argparse.BooleanOptionalAction, default=True,
+                    help="feed the ego_view frame to the policy (decodes the mp4s at load)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-workers", type=int, default=0, help="torch loader only")
+    args = ap.parse_args(argv)
+
+    t = time.perf_counter()
+    # robocache makes batches where the data lives; the torch baseline reads host arrays
+    ds = load_dataset(args.data, args.video, device=args.device if args.loader == "robocache" else "cpu")
+    print(f"loaded {ds.num_frames} frames in {time.perf_counter() - t:.1f} s; loader {args.loader}, "
+          f"batch {args.batch_size}, device {args.device}, video {args.video}")
+    r = train(ds, args.loader, args.steps, args.batch_size, args.device, args.video, args.seed,
+              num_workers=args.num_workers)
+    total = r["data_s"] + r["compute_s"]
+    n = len(r["losses"])
+    print(f"{n} steps: data {1e3 * r['data_s'] / n:.2f} ms/step ({100 * r['data_s'] / total:.1f}%), "
+          f"compute {1e3 * r['compute_s'] / n:.2f} ms/step; {r['samples'] / total:.0f} samples/s; "
+          f"loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
-"""Command line: ``python -m robocache info | bench``.
+"""Command line: ``python -m robocache info | demo | bench``.
 
 info   build facts (version, CUDA compiled in, archs), the CUDA devices seen, library versions
+demo   the main job: a multi-rate dataset through the DataLoader into a small policy (``demo --help``)
 bench  the op benchmarks as a table (see robocache/bench.py; ``bench --help``)
 """
 import argparse
@@ -43,12 +44,16 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m robocache", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["info", "bench"])
+    parser.add_argument("command", choices=["info", "demo", "bench"])
     args, rest = parser.parse_known_args(argv)
     if args.command == "info":
         if rest:
             parser.error(f"info takes no arguments: {' '.join(rest)}")
         return info()
+    if args.command == "demo":
+        from robocache.demo import main as demo_main
+
+        return demo_main(rest)
     from robocache.bench import main as bench_main
 
     return bench_main(rest)

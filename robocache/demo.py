@@ -1,0 +1,373 @@
+"""``python -m robocache demo``: the main job. A multi-rate dataset fed through
+``robocache.DataLoader`` into a small transformer policy's training loop for N steps.
+
+By default the dataset is generated in memory (64 episodes of 10-20 s: joints 100 Hz [14],
+gripper 50 Hz [2], camera 15 Hz uint8 [32, 32, 3], actions 50 Hz [7], each stream on its own
+jittered clock); ``--lerobot`` / ``--robomimic`` / ``--zarr PATH`` load a real one through the
+readers instead. Per sample (anchored on the action stream's frames) the loader makes, on the
+dataset's device: a normalized state history (streams fused at the anchor), the latest camera
+frame, and a normalized action chunk of 16 steps with its ``action_is_pad`` mask. The policy is a
+``torch.nn.TransformerEncoder`` over [state tokens, image patch tokens, action query tokens]
+trained with an MSE loss that skips padded steps. Prints samples/s of the loader alone and of
+the whole training step, and the loss at the start and at the end.
+
+Runs on the CPU when there is no GPU (``--device auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+CHUNK = 16          # action steps the policy predicts
+HISTORY = 4         # state steps it sees (the anchor and the 3 before)
+
+
+# --------------------------------------------------------------------------------------------
+# the generated dataset
+
+
+def _sines(rng, n_dims: int, n_terms: int = 3):
+    """Random smooth signal per dimension: a sum of sines, returned as a function of time."""
+    amp = rng.uniform(0.2, 1.0, (n_terms, n_dims)) / n_terms
+    freq = rng.uniform(0.1, 0.8, (n_terms, n_dims))                   # Hz
+    phase = rng.uniform(0, 2 * np.pi, (n_terms, n_dims))
+    bias = rng.uniform(-0.5, 0.5, n_dims)
+
+    def f(t):                                                         # t [n] -> [n, n_dims]
+        return bias + (amp * np.sin(2 * np.pi * freq * t[:, None, None] + phase)).sum(1)
+    return f
+
+
+def _clock(rng, duration: float, rate: float):
+    """Timestamps of a stream sampled at ``rate`` Hz: its own start offset plus a small jitter."""
+    n = int(duration * rate)
+    jitter = rng.uniform(-0.1, 0.1, n) / rate                        # keeps the times increasing
+    return rng.uniform(0, 1 / rate) + np.arange(n) / rate + jitter
+
+
+def generate(num_episodes: int = 64, seed: int = 0, *, device=None):
+    """A genuinely multi-rate Dataset made in memory.
+
+    Streams per episode of 10-20 s: ``joints`` 100 Hz float32 [14], ``gripper`` 50 Hz float32 [2],
+    ``camera`` 15 Hz uint8 [32, 32, 3] (a blob at a position given by joints 0-1, brightness by
+    the gripper), ``actions`` 50 Hz float32 [7]: the joint targets 0.1 s ahead (joints 0-5) and
+    the gripper command 0.1 s ahead, so a policy that reads the state history can learn them.
+    """
+    from .dataset import Dataset
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:32, 0:32].astype(np.float32)
+    episodes, tasks = [], []
+    for _ in range(num_episodes):
+        duration = rng.uniform(10.0, 20.0)
+        joints_f = _sines(rng, 14)
+        grip_f = _sines(rng, 1, n_terms=1)
+
+        def gripper(t):                                               # two fingers, in [0, 1]
+            g = 0.5 + 0.5 * np.tanh(3 * grip_f(t))
+            return np.concatenate([g, g], axis=1)
+
+        tj, tg, tc, ta = (_clock(rng, duration, r) for r in (100.0, 50.0, 15.0, 50.0))
+        joints = joints_f(tj) + rng.normal(0, 0.01, (tj.size, 14))
+        grip = gripper(tg) + rng.normal(0, 0.01, (tg.size, 2))
+        actions = np.concatenate([joints_f(ta + 0.1)[:, :6], gripper(ta + 0.1)[:, :1]], axis=1)
+        q = joints_f(tc)                                              # the camera sees the arm
+        cy, cx = 16 + 10 * np.tanh(q[:, 0]), 16 + 10 * np.tanh(q[:, 1])
+        blob = np.exp(-((yy - cy[:, None, None]) ** 2 + (xx - cx[:, None, None]) ** 2) / 18.0)
+        bright = gripper(tc)[:, :1, None]                             # [n, 1, 1]
+        rgb = np.stack([blob * 255, blob * 255 * bright, 255 * (1 - blob) * 0.3], axis=-1)
+        camera = (rgb + rng.normal(0, 4, rgb.shape)).clip(0, 255).astype(np.uint8)
+        episodes.append({"joints": (joints.astype(np.float32), tj), "gripper": (grip.astype(np.float32), tg),
+                         "camera": (camera, tc), "actions": (actions.astype(np.float32), ta)})
+        tasks.append("follow the target")
+    return Dataset.from_episodes(episodes, rates={"joints": 100.0, "gripper": 50.0, "camera": 15.0, "actions": 50.0},
+                                 tasks=tasks, device=device, source="generated")
+
+
+# --------------------------------------------------------------------------------------------
+# which windows to read from a dataset
+
+
+@dataclass
+class Setup:
+    """What the demo reads: the loader's windows and anchor, and what the policy is built for."""
+    windows: dict
+    anchor: str
+    state_dim: int
+    action_dim: int
+    image_channels: int          # 0: no image
+    image_scale: float           # multiply the BTCHW image by this to get [0, 1]
+    description: str
+
+
+def _pick_state(ds, action: str) -> list[str]:
+    for name in ("observation.state", "state", "obs/state"):
+        if name in ds.streams:
+            return [name]
+    skip = ("action", "reward", "done", "next_obs", "annotation", "task", "index")
+    cand = [n for n, s in ds.streams.items() if s.kind == "continuous" and len(s.shape) == 1 and n != action
+            and not any(k in n for k in skip)]
+    if not cand:
+        raise ValueError(f"demo: no state stream found among {sorted(ds.streams)}")
+    dtype = ds.streams[cand[0]].dtype
+    return [n for n in cand if ds.streams[n].dtype == dtype][:16]   # one fuse launch: one dtype, <= 16
+
+
+def setup_for(ds, generated: bool, image_size: int = 64) -> Setup:
+    """Windows for the generated dataset, or sensible ones picked from a reader's streams."""
+    from .loader import Window
+
+    if generated:
+        state, action, image = ["joints", "gripper"], "actions", "camera"
+        # 4 states over the last 60 ms, linear over both clocks, fused into one key
+        state_w = Window(state, offsets=[-0.06, -0.04, -0.02, 0.0], normalize="mean_std")
+        action_w = Window(action, indices=range(CHUNK), rate=50.0, normalize="mean_std")
+    else:
+        action = next((n for n in ("action", "actions") if n in ds.streams), None)
+        if action is None:
+            action = next((n for n, s in ds.streams.items()
+                           if n.startswith("action") and s.kind == "continuous" and len(s.shape) == 1), None)
+        if action is None:
+            raise ValueError(f"demo: no action stream found among {sorted(ds.streams)}")
+        state = _pick_state(ds, action)
+        rate = ds.streams[action].nominal_rate or ds.streams[action].rate
+        srate = ds.streams[state[0]].nominal_rate or ds.streams[state[0]].rate
+        state_w = Window(state, offsets=[(k - HISTORY + 1) / srate for k in range(HISTORY)], normalize="mean_std")
+        action_w = Window(action, indices=range(CHUNK), rate=rate, normalize="mean_std")
+        image = next((n for n, s in ds.streams.items() if s.kind == "image"), None)
+    windows = {"state": state_w, "action": action_w}
+    channels, scale = 0, 1.0
+    if image is not None:
+        s = ds.streams[image]
+        H, W = s.shape[:2]
+        channels = s.shape[2] if len(s.shape) == 3 else 1
+        resize = None if max(H, W) <= image_size else (image_size, image_size)
+        # the frame the robot has seen at the anchor: the latest one, not the nearest
+        windows["image"] = Window(image, mode="previous", layout="BTCHW", resize=resize)
+        if s.dtype != _torch().uint8:          # float frames (PushT stores 0-255 as float32)
+            scale = 1.0 / 255.0 if float(s.stats["max"].max()) > 1.5 else 1.0
+    dims = lambda names: sum(math.prod(ds.streams[n].shape) for n in names)
+    desc = (f"state {'+'.join(state)} x{HISTORY}, action {action} x{CHUNK}"
+            + (f", image {image}" if image else ""))
+    return Setup(windows, action, dims(state), dims([action]), channels, scale, desc)
+
+
+def _torch():
+    from .dataset import _torch as t
+    return t()
+
+
+# --------------------------------------------------------------------------------------------
+# the policy
+
+
+def make_policy(setup: Setup, d_model: int = 64, layers: int = 2, heads: int = 4):
+    """A small transformer: [state tokens, image patch tokens, action queries] -> action chunk."""
+    torch = _torch()
+    nn = torch.nn
+
+    class Policy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.state_in = nn.Linear(setup.state_dim, d_model)
+            self.image_in = None
+            n_img = 0
+            if setup.image_channels:
+                # tiny conv to a 2x2 grid of patch tokens, whatever the frame size
+                self.image_in = nn.Sequential(
+                    nn.Conv2d(setup.image_channels, 16, 5, stride=2, padding=2), nn.GELU(),
+                    nn.Conv2d(16, d_model, 3, stride=2, padding=1), nn.GELU(), nn.AdaptiveAvgPool2d(2))
+                n_img = 4
+            self.queries = nn.Parameter(torch.randn(CHUNK, d_model) * 0.02)
+            self.pos = nn.Parameter(torch.randn(HISTORY + n_img + CHUNK, d_model) * 0.02)
+            layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=2 * d_model, dropout=0.0,
+                                               batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.head = nn.Linear(d_model, setup.action_dim)
+
+        def forward(self, batch):
+            state = batch["state"]                                   # [B, HISTORY, S] normalized
+            B = state.shape[0]
+            tokens = [self.state_in(state)]
+            if self.image_in is not None:
+                img = batch["image"][:, -1] * setup.image_scale      # [B, C, H, W] in [0, 1]
+                tokens.append(self.image_in(img).flatten(2).transpose(1, 2))   # [B, 4, d]
+            tokens.append(self.queries.expand(B, -1, -1))
+            x = self.encoder(torch.cat(tokens, 1) + self.pos)
+            return self.head(x[:, -CHUNK:])                         # [B, CHUNK, A]
+
+    return Policy()
+
+
+def masked_mse(pred, batch):
+    """MSE over the action steps that are not padding (past an episode's end)."""
+    keep = (~batch["action_is_pad"]).to(pred.dtype)[..., None]      # [B, CHUNK, 1]
+    err = (pred - batch["action"]) ** 2 * keep
+    return err.sum() / (keep.sum() * pred.shape[-1]).clamp_min(1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+
+
+def _device(name: str):
+    torch = _torch()
+    if name == "auto":
+        import robocache
+        name = "cuda" if torch.cuda.is_available() and robocache.build_info()["cuda"] else "cpu"
+    return torch.device(name)
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m robocache demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--lerobot", metavar="PATH", help="a LeRobot v2/v3 (or GR00T) dataset folder")
+    src.add_argument("--robomimic", metavar="PATH", help="a robomimic HDF5 file")
+    src.add_argument("--zarr", metavar="PATH", help="a diffusion-policy ReplayBuffer zarr")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 1000 on CPU, 2000 on GPU)")
+    p.add_argument("--batch-size", type=int, default=None, help="default 32 on CPU, 256 on GPU")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--episodes", type=int, default=64, help="generated episodes (default 64)")
+    p.add_argument("--no-video", action="store_true", help="LeRobot: leave the videos out")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--no-progress", action="store_true", help="periodic lines instead of a progress bar")
+    return p
+
+
+def _bar(total: int, enabled: bool):
+    """tqdm when installed (and wanted), else None: the loop prints a line now and then."""
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
+
+
+def run(argv=None, *, out=print) -> dict:
+    """Run the demo; returns ``{"loss_first", "loss_last", "losses", "loader_samples_per_s",
+    "step_samples_per_s", "steps", "batch_size", "device", "source"}``."""
+    torch = _torch()
+    import robocache
+    from .loader import DataLoader
+
+    args = _parser().parse_args(argv)
+    dev = _device(args.device)
+    cuda = dev.type == "cuda"
+    steps = args.steps if args.steps is not None else (2000 if cuda else 1000)
+    batch_size = args.batch_size if args.batch_size is not None else (256 if cuda else 32)
+    if steps < 2 or batch_size < 1:
+        raise SystemExit("demo: --steps must be >= 2 and --batch-size >= 1")
+    torch.manual_seed(args.seed)
+    if not cuda:
+        # tiny weights early in training make denormal floats, 2-3x slower on x86 CPUs
+        torch.set_flush_denormal(True)
+
+    t0 = time.perf_counter()
+    if args.lerobot:
+        from .readers import available_backends
+        video = not args.no_video and bool(available_backends())
+        ds = robocache.Dataset.from_lerobot(args.lerobot, load_video=video, video_resize=(64, 64) if video else None,
+                                            device=dev)
+    elif args.robomimic:
+        ds = robocache.Dataset.from_robomimic(args.robomimic, device=dev)
+    elif args.zarr:
+        ds = robocache.Dataset.from_zarr(args.zarr, device=dev)
+    else:
+        ds = generate(args.episodes, args.seed, device=dev)
+    setup = setup_for(ds, generated=not (args.lerobot or args.robomimic or args.zarr))
+    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True, seed=args.seed,
+                        windows=setup.windows, anchor=setup.anchor)
+    out(f"dataset: {ds.source or 'generated'}, {len(ds)} episodes, "
+        + ", ".join(f"{n} {s.rate:.0f} Hz {list(s.shape)}" for n, s in ds.streams.items()
+                    if s.rate and n in {m for w in setup.windows.values() for m in w.names})
+        + f" ({time.perf_counter() - t0:.1f} s to build)")
+    out(f"loader: {loader.num_samples} samples, batch {batch_size}, {setup.description}, device {dev}")
+
+    def batches():
+        while True:                                  # as many epochs as the steps need
+            yield from loader
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    # the loader alone: a few batches, timed to the end of their kernels
+    probe = min(50, max(5, steps // 4))
+    it = batches()
+    next(it)
+    sync()
+    t = time.perf_counter()
+    for _ in range(probe):
+        next(it)
+    sync()
+    loader_rate = probe * batch_size / (time.perf_counter() - t)
+
+    policy = make_policy(setup).to(dev)
+    opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
+    n_params = sum(p.numel() for p in policy.parameters())
+    out(f"policy: transformer, {n_params / 1e3:.0f}k parameters; {steps} steps")
+
+    bar = _bar(steps, enabled=not args.no_progress and sys.stderr.isatty())
+    every = max(1, steps // 10)
+    losses = []                                      # device scalars: no host sync per step
+    loader.set_epoch(0)
+    it = batches()
+    t_start = t_warm = time.perf_counter()
+    for step in range(steps):
+        batch = next(it)
+        loss = masked_mse(policy(batch), batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.detach())
+        if step == 0:
+            sync()
+            t_warm = time.perf_counter()             # rates leave out the first step (warm-up)
+        if (step + 1) % every == 0 or step + 1 == steps:
+            recent = float(torch.stack(losses[-every:]).mean())
+            done = step + 1
+            rate = (done - 1) * batch_size / max(time.perf_counter() - t_warm, 1e-9) if done > 1 else 0.0
+            if bar is not None:
+                bar.update(done - bar.n)
+                bar.set_postfix(loss=f"{recent:.4f}", samples_s=f"{rate:,.0f}")
+            else:
+                out(f"step {done:>6}/{steps}  loss {recent:.4f}  {rate:,.0f} samples/s")
+    sync()
+    t_end = time.perf_counter()
+    if bar is not None:
+        bar.close()
+    if not cuda:
+        torch.set_flush_denormal(False)
+    hist = torch.stack(losses).float().cpu().numpy()
+    k = max(1, min(10, steps // 10))
+    first, last = float(hist[:k].mean()), float(hist[-k:].mean())
+    step_rate = (steps - 1) * batch_size / max(t_end - t_warm, 1e-9)
+    out(f"loader alone: {loader_rate:,.0f} samples/s ({probe} batches of {batch_size})")
+    out(f"training step (loader + forward + backward + optimizer): {step_rate:,.0f} samples/s, "
+        f"{(t_end - t_warm) / (steps - 1) * 1e3:.1f} ms/step, {t_end - t_start:.1f} s in all")
+    out(f"loss: first {k} steps {first:.4f} -> last {k} steps {last:.4f} "
+        f"({'down' if last < first else 'NOT down'} {first / max(last, 1e-12):.1f}x)")
+    return {"loss_first": first, "loss_last": last, "losses": hist, "loader_samples_per_s": loader_rate,
+            "step_samples_per_s": step_rate, "steps": steps, "batch_size": batch_size, "device": str(dev),
+            "source": ds.source or "generated"}
+
+
+def main(argv=None) -> int:
+    res = run(argv)
+    return 0 if math.isfinite(res["loss_last"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -931,6 +931,20 @@ def _nsets(touched: int, per_set: int, cache: int, cap: int) -> int:
     return _clamp(min(want, fit), 1, MAX_SETS)
 
 
+def rotation_sets(case, per_set: int, env) -> tuple[int, int]:
+    """Input sets to rotate on the host and on the device (0 without a GPU) for a case whose
+    one set is `per_set` bytes; records the device choice in case.extra["sets"]."""
+    host_sets = _nsets(case.min_bytes, per_set, env.host_cache_bytes, HOST_COPY_CAP)
+    if env.device != "cuda":
+        return host_sets, 0
+    mem = env.info["gpu_memory_bytes"]
+    dev_sets = _nsets(case.min_bytes, per_set, env.cache_bytes,
+                      int(min(DEVICE_COPY_CAP, DEVICE_COPY_FRACTION * mem)))
+    case.extra["sets"] = {"cuda": dev_sets, "cpu": host_sets,
+                          "touched_per_rotation_bytes": dev_sets * case.min_bytes}
+    return host_sets, dev_sets
+
+
 def _rc_partial(rc, values, times, new_times, offsets=None, index=None):
     kw = {} if offsets is None else {"offsets": offsets, "index": index}
     return functools.partial(rc.resample, values, times, new_times, **kw)
@@ -1043,13 +1057,8 @@ def build_resample_case(cfg: ResampleConfig, env: Env) -> Case:
     if cfg.ragged:
         case.extra["samples_N"] = int(data.offsets[-1])
 
-    host_sets = _nsets(case.min_bytes, per_set, env.host_cache_bytes, HOST_COPY_CAP)
+    host_sets, dev_sets = rotation_sets(case, per_set, env)
     if env.device == "cuda":
-        mem = env.info["gpu_memory_bytes"]
-        dev_sets = _nsets(case.min_bytes, per_set, env.cache_bytes,
-                          int(min(DEVICE_COPY_CAP, DEVICE_COPY_FRACTION * mem)))
-        case.extra["sets"] = {"cuda": dev_sets, "cpu": host_sets,
-                              "touched_per_rotation_bytes": dev_sets * case.min_bytes}
         torch_calls, rc_calls, out_like = _torch_sets(data, cfg, env.torch_device, dev_sets)
         if env.rc_cuda:
             case.contenders.append(_robocache_contender("robocache", rc_calls, verify, tol,

@@ -23,8 +23,8 @@ import numpy as np
 # initialized module; the lambdas resolve the functions below when called.
 OP = (lambda quick: fuse_configs(quick), lambda cfg, env: build_fuse_case(cfg, env))
 
-from .bench import (DEVICE_COPY_CAP, DEVICE_COPY_FRACTION, HOST_COPY_CAP, ITEMSIZE,  # noqa: E402
-                    TOLERANCE, Case, Contender, Env, ResampleConfig, ResampleData, _nsets, _robocache,
+from .bench import (ITEMSIZE,  # noqa: E402
+                    TOLERANCE, Case, Contender, Env, ResampleConfig, ResampleData, _robocache, rotation_sets,
                     _round_to_dtype, _torch, _torch_dtype, _window_targets, rel_err, resample_brackets,
                     resample_min_bytes, resample_reference, torch_resample_dense)
 
@@ -151,13 +151,8 @@ def build_fuse_case(cfg: FuseConfig, env: Env) -> Case:
     case.extra = {"form": "dense", "config_params": {**cfg.__dict__, "streams": [list(s) for s in cfg.streams]},
                   "samples_per_stream": [int(s.times.shape[1]) for s in data.streams],
                   "min_bytes_detail": parts}
-    host_sets = _nsets(case.min_bytes, per_set, env.host_cache_bytes, HOST_COPY_CAP)
+    host_sets, dev_sets = rotation_sets(case, per_set, env)
     if env.device == "cuda":
-        mem = env.info["gpu_memory_bytes"]
-        dev_sets = _nsets(case.min_bytes, per_set, env.cache_bytes,
-                          int(min(DEVICE_COPY_CAP, DEVICE_COPY_FRACTION * mem)))
-        case.extra["sets"] = {"cuda": dev_sets, "cpu": host_sets,
-                              "touched_per_rotation_bytes": dev_sets * case.min_bytes}
         if env.rc_cuda:
             names = {"fuse": "robocache", "separate": "separate", "torch": "torch"}
         else:

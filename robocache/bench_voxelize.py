@@ -456,7 +456,7 @@ def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
         "reference": "robocache CPU deterministic, itself checked against a NumPy reference",
     }
     per_set = data.base.nbytes + (data.features.nbytes if data.features is not None else 0)
-    host_sets = h._nsets(case.min_bytes, per_set, env.host_cache_bytes, h.HOST_COPY_CAP)
+    host_sets, dev_sets = h.rotation_sets(case, per_set, env)
 
     # The reference: robocache on the CPU, deterministic, checked against NumPy below.
     if torch is not None:
@@ -479,11 +479,6 @@ def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
 
     if env.device == "cuda":
         dev = env.torch_device
-        mem = env.info["gpu_memory_bytes"]
-        dev_sets = h._nsets(case.min_bytes, per_set, env.cache_bytes,
-                            int(min(h.DEVICE_COPY_CAP, h.DEVICE_COPY_FRACTION * mem)))
-        case.extra["sets"] = {"cuda": dev_sets, "cpu": host_sets,
-                              "touched_per_rotation_bytes": dev_sets * case.min_bytes}
         sets = _input_sets(data, dev, dev_sets)
         ref_dev = ref.to(dev)
         poison = _poison_like(cfg, dev)

@@ -70,6 +70,15 @@ def _progress(iterable, total: int, desc: str):
     return tqdm(iterable, total=total, desc=desc, leave=False)
 
 
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(starts[i], starts[i] + lengths[i])``, int64."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
 def _fmt_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -375,6 +384,33 @@ class Stream:
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
         if "rate" in self._cache:
             s._cache["rate"] = self._cache["rate"]
+        return s
+
+    def subset(self, episodes: Sequence[int]) -> "Stream":
+        """The stream with only ``episodes`` (in that order), copied on the same device.
+        Statistics and the measured rate are the full stream's, so a shard normalizes
+        exactly as the whole dataset does."""
+        torch = _torch()
+        eps = np.asarray(episodes, dtype=np.int64).reshape(-1)
+        off = self._offsets_host
+        lengths = off[eps + 1] - off[eps]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        rows = _ranges(off[eps], lengths)                            # sample (frame) indices kept
+        put = lambda a: torch.from_numpy(a).to(self.device)
+        times = self.times[put(rows)]
+        frame_offsets, values = None, None
+        if self.kind == "pointcloud":
+            fo = self._frame_offsets_host
+            sizes = fo[rows + 1] - fo[rows]
+            frame_offsets = put(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+            values = self.values[put(_ranges(fo[rows], sizes))]
+        else:
+            values = self.values[put(rows)]
+        s = Stream(self.name, self.kind, self.mode, values, times, put(offsets), frame_offsets=frame_offsets,
+                   feature_names=self.feature_names, file_stats=self.file_stats,
+                   nominal_rate=self.nominal_rate, vocab=self.vocab)
+        s._cache["stats"] = self.stats
+        s._cache["rate"] = self.rate
         return s
 
     def _shape_text(self) -> str:
@@ -878,6 +914,19 @@ class Dataset:
             raise IndexError(f"episode {e} out of range for {E} episodes")
         e %= E
         return {n: s.episode(e) for n, s in self.streams.items()}
+
+    def subset(self, episodes: Sequence[int]) -> "Dataset":
+        """A Dataset of only ``episodes`` (indices into this one, in that order), copied on the
+        same device: ``ds.subset(mine).to("cuda")`` puts just a rank's shard on its GPU.
+        ``stats`` stay the full dataset's. ``Episode.index`` keeps the original index."""
+        eps = np.asarray(list(episodes), dtype=np.int64).reshape(-1)
+        E = len(self)
+        if eps.size and (eps.min() < -E or eps.max() >= E):
+            raise IndexError(f"episodes: index out of range for {E} episodes")
+        eps %= max(E, 1)
+        streams = {n: s.subset(eps) for n, s in self.streams.items()}
+        return Dataset(streams, [self.episodes[e] for e in eps], device=self.device,
+                       time_origin_ns=self.time_origin_ns, source=self.source)
 
     # --- the loader's call ---------------------------------------------------------------
 

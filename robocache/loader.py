@@ -29,6 +29,9 @@ __all__ = ["DataLoader", "Window"]
 
 NORMALIZATIONS = ("min_max", "mean_std", "q01_q99")
 LAYOUTS = ("BTHWC", "BTCHW")
+PADS = ("edge", "zero")
+VOXEL_KEYS = ("grid", "voxel_size", "origin", "mode", "dtype", "deterministic")
+VOXEL_FEATURE_MODES = ("sum", "mean", "max")
 
 
 @dataclass
@@ -67,6 +70,18 @@ class Window:
         antialias off); uint8 output is rounded back to uint8.
     dtype : torch.dtype, optional
         Cast the values to this dtype last (default: the stored dtype; float32 when normalized).
+    pad : {"edge", "zero"}
+        What padded steps (``{key}_is_pad`` True) hold: ``"edge"`` (default) the episode's
+        first/last value (resample's rule; GR00T's rule for absolute keys, LeRobot's clamped
+        index), ``"zero"`` zeros in the stored units, before normalization (GR00T's rule for
+        relative keys, e.g. delta actions). Point clouds: ``"zero"`` gives empty grids.
+    voxel : dict, optional
+        Point-cloud streams only (required there): the ``robocache.voxelize`` arguments
+        ``grid``, ``voxel_size``, ``origin`` and optionally ``mode`` (default ``"occupancy"``),
+        ``dtype``, ``deterministic``. Each target step picks a frame (``mode`` nearest by
+        default, or previous/next) and the frame's points become one grid: the key is
+        ``[B, T, X, Y, Z]`` (occupancy, count) or ``[B, T, F, X, Y, Z]`` (sum/mean/max over the
+        point columns after x, y, z).
     tolerance : float
         Seconds a target may lie outside a stream's span before it counts as padding.
     """
@@ -81,6 +96,8 @@ class Window:
     layout: str | None = None
     resize: tuple[int, int] | None = None
     dtype: Any = None
+    pad: str = "edge"
+    voxel: Mapping[str, Any] | None = None
     tolerance: float = 1e-4
 
     @property
@@ -108,7 +125,10 @@ class _Plan:
     layout: str = "BTHWC"
     resize: tuple[int, int] | None = None
     dtype: Any = None
+    zero_pad: bool = False
     fused: dict = field(default_factory=dict)
+    voxel: dict | None = None    # voxelize kwargs; point clouds only
+    cloud: tuple = ()            # (frame_offsets [M+1], frames per episode [E], max points per frame)
 
 
 def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
@@ -124,10 +144,14 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
         if n not in ds.streams:
             raise KeyError(f"windows[{key!r}]: unknown stream {n!r}; the dataset has {sorted(ds.streams)}")
     streams = [ds.streams[n] for n in names]
-    for s in streams:
-        if s.kind == "pointcloud":
-            raise ValueError(f"windows[{key!r}]: point-cloud stream {s.name!r} needs a voxel spec, "
-                             "which the loader does not take yet")
+    cloud = any(s.kind == "pointcloud" for s in streams)
+    if cloud and len(names) > 1:
+        raise ValueError(f"windows[{key!r}]: point-cloud streams cannot be fused with others")
+    if cloud != (w.voxel is not None):
+        raise ValueError(f"windows[{key!r}]: " + (f"point-cloud stream {names[0]!r} needs voxel=dict(grid=..., "
+                         "voxel_size=..., origin=...)" if cloud else "voxel is for point-cloud streams"))
+    if w.pad not in PADS:
+        raise ValueError(f"windows[{key!r}]: pad {w.pad!r} is not one of {PADS}")
     image = any(s.kind == "image" for s in streams)
     if image and len(names) > 1:
         raise ValueError(f"windows[{key!r}]: image streams cannot be fused with others")
@@ -172,7 +196,13 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
         raise ValueError(f"windows[{key!r}]: resize must be (H, W) > 0, got {w.resize!r}")
 
     p = _Plan(key, names, modes, torch.as_tensor(offs, dtype=torch.float64, device=ds.device), float(w.tolerance),
-              image, layout=layout, resize=tuple(w.resize) if w.resize is not None else None, dtype=w.dtype)
+              image, layout=layout, resize=tuple(w.resize) if w.resize is not None else None, dtype=w.dtype,
+              zero_pad=w.pad == "zero")
+    if cloud:
+        if w.normalize is not None or w.max_dim is not None:
+            raise ValueError(f"windows[{key!r}]: normalize/max_dim are not for point clouds (voxel grids)")
+        _plan_cloud(key, p, w.voxel, streams[0])
+        return p
 
     F = sum(math.prod(s.shape) for s in streams)
     if w.normalize is not None:
@@ -214,10 +244,81 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
     return p
 
 
+def _plan_cloud(key: str, p: _Plan, voxel: Mapping, s) -> None:
+    """Checks the voxel spec once (a voxelize call on an empty cloud raises what a batch would)
+    and keeps the frame tables on the device."""
+    torch = _torch()
+    from ._C import voxelize
+    if not isinstance(voxel, Mapping):
+        raise TypeError(f"windows[{key!r}]: voxel must be a dict of robocache.voxelize arguments")
+    unknown = set(voxel) - set(VOXEL_KEYS)
+    if unknown:
+        raise ValueError(f"windows[{key!r}]: voxel has unknown keys {sorted(unknown)}; allowed {VOXEL_KEYS}")
+    for m in p.modes:
+        if m not in ("nearest", "previous", "next"):
+            raise ValueError(f"windows[{key!r}]: point clouds pick a frame: mode nearest/previous/next, got {m!r}")
+    C = s.shape[-1] if s.shape else 0
+    if C < 3:
+        raise ValueError(f"windows[{key!r}]: points of {s.name!r} have {C} columns; need x, y, z first")
+    spec = dict(voxel)
+    dev = s.device
+    probe = dict(points=torch.zeros((1, 0, 3), dtype=s.dtype, device=dev),
+                 lengths=torch.zeros(1, dtype=torch.int64, device=dev))
+    if spec.get("mode", "occupancy") in VOXEL_FEATURE_MODES:
+        if C == 3:
+            raise ValueError(f"windows[{key!r}]: voxel mode {spec['mode']!r} reduces point features, but "
+                             f"{s.name!r} has only x, y, z")
+        probe["features"] = torch.zeros((1, 0, C - 3), dtype=s.dtype, device=dev)
+    try:
+        voxelize(**probe, **spec)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"windows[{key!r}]: voxel: {e}") from None
+    p.voxel = spec
+    sizes = np.diff(s._frame_offsets_host)
+    p.cloud = (s.frame_offsets, s.offsets[1:] - s.offsets[:-1], int(sizes.max()) if sizes.size else 0)
+
+
+def _run_cloud(p: _Plan, ds: Dataset, episodes, new_times):
+    """[B, T] frames -> [B, T, (F,) X, Y, Z] grids: each picked frame's points are gathered into a
+    dense [B*T, max points, C] block with lengths (no host sync: the block size is fixed at
+    construction), then one voxelize launch."""
+    torch = _torch()
+    from ._C import voxelize
+    s = ds.streams[p.names[0]]
+    frames, pad = ds.resample(p.names[0], episodes, new_times, mode=p.modes[0], return_mask=True,
+                              tolerance=p.tolerance)
+    frame_offsets, per_episode, nmax = p.cloud
+    B, T = frames.shape
+    C = s.values.shape[-1]
+    if nmax == 0:                                  # no frame has a point
+        pts = torch.zeros((B * T, 0, C), dtype=s.dtype, device=ds.device)
+        lengths = torch.zeros(B * T, dtype=torch.int64, device=ds.device)
+    else:
+        start = frame_offsets[frames].reshape(B * T)
+        lengths = (frame_offsets[frames + 1] - frame_offsets[frames]).reshape(B * T)
+        # an episode without frames resamples to frame 0 of the storage: it gets an empty grid
+        empty = (per_episode[episodes] == 0)[:, None].expand(B, T)
+        drop = empty | pad if p.zero_pad else empty
+        lengths = lengths.masked_fill(drop.reshape(B * T), 0)
+        rows = (start[:, None] + torch.arange(nmax, device=ds.device)).clamp_(max=s.values.shape[0] - 1)
+        pts = s.values[rows]                                                 # [B*T, nmax, C]
+    kw = dict(p.voxel)
+    if kw.get("mode", "occupancy") in VOXEL_FEATURE_MODES:
+        kw["features"] = pts[..., 3:]
+    grids = voxelize(pts[..., :3], lengths=lengths, check=False if ds.device.type == "cuda" else None, **kw)
+    return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
+
+
 def _run_plan(p: _Plan, ds: Dataset, episodes, anchors, out: dict) -> None:
     """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch."""
     torch = _torch()
     new_times = anchors[:, None] + p.offsets[None, :]                      # [B, T] float64
+    if p.voxel is not None:
+        x, pad = _run_cloud(p, ds, episodes, new_times)
+        if p.dtype is not None and x.dtype != p.dtype:
+            x = x.to(p.dtype)
+        out[p.key], out[p.key + "_is_pad"] = x, pad
+        return
     if p.fused:
         from ._C import fuse
         x, pad = fuse(p.fused, new_times, modes=p.modes, index=episodes, return_mask=True, tolerance=p.tolerance,
@@ -226,6 +327,8 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, anchors, out: dict) -> None:
     else:
         x, pad = ds.resample(p.names[0], episodes, new_times, mode=p.modes[0], return_mask=True,
                              tolerance=p.tolerance)
+    if p.zero_pad:
+        x = x.masked_fill(pad.reshape(pad.shape + (1,) * (x.dim() - 2)), 0)
     if p.image:
         x = _image(p, x)
     if p.scale is not None:
@@ -270,10 +373,70 @@ def _image(p: _Plan, x):
 # the loader
 
 
-def _epoch_seed(seed: int, epoch: int) -> int:
-    """64-bit seed of one epoch's order, a pure function of (seed, epoch)."""
-    s = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1)]).generate_state(2, np.uint32)
+def _epoch_seed(seed: int, epoch: int, *more: int) -> int:
+    """64-bit seed of one epoch's order, a pure function of (seed, epoch, *more)."""
+    s = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1), *more]).generate_state(2, np.uint32)
     return int(s[0]) | (int(s[1] & 0x7FFFFFFF) << 32)
+
+
+def _distributed(rank, world_size) -> tuple[int, int]:
+    """(rank, world size): as given, else torch.distributed's when initialized, else (0, 1)."""
+    torch = _torch()
+    if rank is None and world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError("rank and world_size: give both or neither (neither: torch.distributed's)")
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
+    return rank, world_size
+
+
+def _assign_episodes(counts: np.ndarray, world: int) -> np.ndarray:
+    """Owner rank of each episode: longest episodes first, each to the rank with the fewest
+    samples so far (ties: lowest rank), so ranks hold near-equal sample counts. Deterministic,
+    the same on every rank."""
+    owner = np.zeros(counts.size, np.int64)
+    load = np.zeros(world, np.int64)
+    for e in np.argsort(-counts, kind="stable"):
+        r = int(np.argmin(load))
+        owner[e] = r
+        load[r] += counts[e]
+    return owner
+
+
+def _wrap(idx, n: int):
+    """The first n of idx repeated end to end (DistributedSampler's padding); idx[:n] when longer."""
+    torch = _torch()
+    if idx.shape[0] >= n:
+        return idx[:n]
+    return idx.repeat(-(-n // idx.shape[0]))[:n]
+
+
+def _grid(ds: Dataset, names: list[str], rate: float):
+    """Uniform anchors at ``rate`` Hz: per episode the first time and the count, host numpy."""
+    torch = _torch()
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(f"rate must be a positive number of Hz, got {rate!r}")
+    ends = [ds.streams[n]._ends() for n in names]
+    first = torch.stack([f for f, _ in ends]).nan_to_num(math.inf).amin(0).cpu().numpy()
+    last = torch.stack([l for _, l in ends]).nan_to_num(-math.inf).amax(0).cpu().numpy()
+    has = last >= first
+    counts = np.where(has, np.floor((np.where(has, last - first, 0)) * rate + 1e-9).astype(np.int64) + 1, 0)
+    return first, counts
+
+
+def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
+    """Samples per episode, host int64 [E] (the loader's sample table before it is built)."""
+    if rate is not None:
+        return _grid(ds, [n for n in names if n in ds.streams], float(rate))[1]
+    name = anchor if anchor is not None else ds.anchor
+    if name not in ds.streams:
+        raise KeyError(f"anchor: unknown stream {name!r}; the dataset has {sorted(ds.streams)}")
+    return ds.streams[name].lengths
 
 
 class DataLoader:
@@ -308,6 +471,19 @@ class DataLoader:
         Its next 63-bit draw at construction replaces ``seed``.
     device : optional
         Move the dataset there first (once); default the dataset's device.
+    rank, world_size : int, optional
+        This process's share of each epoch; default ``torch.distributed``'s rank and world size
+        when it is initialized (torchrun), else 0 and 1. Each rank takes a disjoint shard of the
+        epoch's permutation (every ``world_size``-th sample from ``rank``, the permutation
+        wrapped to a multiple of ``world_size`` as ``DistributedSampler`` does, or cut to one
+        with ``drop_last``); all ranks yield the same number of batches. Not with ``sampler``
+        (a ``DistributedSampler`` shards by itself).
+    shard_episodes : bool
+        Instead, split the episodes between ranks (longest first, each to the rank with the
+        fewest samples) and keep only this rank's on its device: ``ds.subset(mine)``, then
+        ``device``. Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
+        holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
+        with fewer samples wrap (or all cut to the smallest with ``drop_last``).
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -321,7 +497,8 @@ class DataLoader:
                  num_workers: int | None = None, pin_memory: bool | None = None,
                  persistent_workers: bool | None = None, prefetch_factor: int | None = None,
                  worker_init_fn: Callable | None = None, timeout: float | None = None,
-                 multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None):
+                 multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None,
+                 rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False):
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
@@ -335,6 +512,22 @@ class DataLoader:
             raise ValueError("sampler and shuffle=True are mutually exclusive; pass shuffle=False with a sampler")
         if anchor is not None and rate is not None:
             raise ValueError("anchor (a stream's frames) and rate (a uniform grid) are mutually exclusive")
+        self.rank, self.world_size = _distributed(rank, world_size)
+        self.shard_episodes = bool(shard_episodes)
+        if sampler is not None and self.shard_episodes:
+            raise ValueError("shard_episodes and sampler are mutually exclusive")
+        self._per_rank = None         # shard_episodes: samples per rank per epoch
+        if self.shard_episodes and self.world_size > 1:
+            names = list(dict.fromkeys(n for w in windows.values()
+                                       for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
+            counts = _episode_counts(dataset, anchor, rate, names)
+            owner = _assign_episodes(counts, self.world_size)
+            held = np.bincount(owner, weights=counts, minlength=self.world_size).astype(np.int64)
+            self._per_rank = int(held.min() if drop_last else held.max())
+            if self._per_rank and held.min() == 0:
+                raise ValueError(f"shard_episodes: {int((held == 0).sum())} of {self.world_size} ranks get no "
+                                 f"samples ({len(dataset)} episodes); use shard_episodes=False")
+            dataset = dataset.subset(np.flatnonzero(owner == self.rank))
         if device is not None:
             dataset = dataset.to(device)
         if generator is not None:
@@ -374,26 +567,24 @@ class DataLoader:
             lengths = torch.from_numpy(s.lengths)
             ep = torch.repeat_interleave(torch.arange(len(lengths)), lengths).to(ds.device)
             return ep, s.times
-        rate = float(rate)
-        if not math.isfinite(rate) or rate <= 0:
-            raise ValueError(f"rate must be a positive number of Hz, got {rate!r}")
         names = list(dict.fromkeys(n for p in self._plans for n in p.names))
-        ends = [ds.streams[n]._ends() for n in names]
-        first = torch.stack([f for f, _ in ends]).nan_to_num(math.inf).amin(0).cpu().numpy()
-        last = torch.stack([l for _, l in ends]).nan_to_num(-math.inf).amax(0).cpu().numpy()
-        has = last >= first
-        counts = np.where(has, np.floor((np.where(has, last - first, 0)) * rate + 1e-9).astype(np.int64) + 1, 0)
+        first, counts = _grid(ds, names, float(rate))
         ep = np.repeat(np.arange(len(counts)), counts)
         step = np.arange(ep.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        t = first[ep] + step / rate if ep.size else np.zeros(0)
+        t = first[ep] + step / float(rate) if ep.size else np.zeros(0)
         return (torch.from_numpy(ep).to(ds.device), torch.from_numpy(np.asarray(t, np.float64)).to(ds.device))
 
     @property
     def num_samples(self) -> int:
-        """Samples per epoch (the sampler's length when there is one)."""
+        """Samples per epoch of this rank (the sampler's length when there is one)."""
         if self.sampler is not None:
             return len(self.sampler)
-        return int(self._episode.shape[0])
+        n = int(self._episode.shape[0])
+        if self.world_size == 1:
+            return n
+        if self._per_rank is not None:
+            return self._per_rank
+        return n // self.world_size if self.drop_last else -(-n // self.world_size)
 
     def __len__(self) -> int:
         n, b = self.num_samples, self.batch_size
@@ -418,12 +609,13 @@ class DataLoader:
         if not self._fresh and k >= len(self):
             e, k = e + 1, 0
         return {"epoch": e, "batch": k, "seed": self.seed, "num_samples": self.num_samples,
-                "batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last}
+                "batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last,
+                "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Resume: the next ``iter()`` yields batch ``state["batch"]`` of ``state["epoch"]`` onward,
         batch for batch what the saved loader would have yielded."""
-        for k in ("seed", "num_samples", "batch_size", "shuffle", "drop_last"):
+        for k in ("seed", "num_samples", "batch_size", "shuffle", "drop_last", "rank", "world_size"):
             if k in state and state[k] != getattr(self, k):
                 raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has "
                                  f"{getattr(self, k)!r}; resume would not reproduce the saved order")
@@ -434,7 +626,8 @@ class DataLoader:
 
     @property
     def samples(self):
-        """The sample table: ``(episode [N] int64, anchor time [N] float64 seconds)`` on the device."""
+        """The sample table: ``(episode [N] int64, anchor time [N] float64 seconds)`` on the device
+        (with ``shard_episodes``: this rank's, episodes indexing ``loader.dataset``)."""
         return self._episode, self._time
 
     def order(self, epoch: int | None = None):
@@ -446,18 +639,26 @@ class DataLoader:
         """This epoch's sample indices on the device: [num_samples] int64."""
         torch = _torch()
         dev = self.device
+        n = int(self._episode.shape[0])
         if self.sampler is not None:
             idx = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
-            n = int(self._episode.shape[0])
             if idx.size and (idx.min() < 0 or idx.max() >= n):
                 bad = idx[(idx < 0) | (idx >= n)][0]
                 raise IndexError(f"sampler yielded {bad}, outside the {n} samples of the loader")
             host = torch.from_numpy(idx)
-        elif self.shuffle:
-            g = torch.Generator().manual_seed(_epoch_seed(self.seed, epoch))
-            host = torch.randperm(self.num_samples, generator=g)
+        elif self.world_size == 1 and not self.shuffle:
+            return torch.arange(n, device=dev)
         else:
-            return torch.arange(self.num_samples, device=dev)
+            if self.shuffle:
+                extra = (self.rank,) if self._per_rank is not None else ()
+                g = torch.Generator().manual_seed(_epoch_seed(self.seed, epoch, *extra))
+                host = torch.randperm(n, generator=g)
+            else:
+                host = torch.arange(n)
+            if self._per_rank is not None:            # this rank's own samples
+                host = _wrap(host, self._per_rank)
+            elif self.world_size > 1:                  # the global permutation, every world_size-th
+                host = _wrap(host, self.num_samples * self.world_size)[self.rank::self.world_size]
         if dev.type == "cuda":
             # pinned + non_blocking: an async copy, no sync; the caching host allocator keeps
             # the pinned buffer until the copy has run

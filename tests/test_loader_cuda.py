@@ -101,3 +101,59 @@ def test_cuda_resume_equals_straight(pair):
     # the order is drawn on the host: the same on every device
     np.testing.assert_array_equal(mk().order(0).cpu().numpy(),
                                   DataLoader(gpu.to("cpu"), 8, seed=9, windows=windows()).order(0).numpy())
+
+
+@pytest.fixture
+def cloud_pair(rng):
+    from test_loader_pointcloud import make_episodes as make_cloud_episodes
+    eps = make_cloud_episodes(rng)
+    return (robocache.Dataset.from_episodes(eps, device="cpu"),
+            robocache.Dataset.from_episodes(eps, device="cuda"))
+
+
+def cloud_windows():
+    from test_loader_pointcloud import VOXEL
+    return {"occ": Window("lidar", offsets=[-0.2, 0.0, 0.3], voxel=dict(VOXEL, dtype=torch.uint8)),
+            "mean": Window("lidar", offsets=[0.0], pad="zero", voxel=dict(VOXEL, mode="mean")),
+            "count": Window("lidar", indices=range(-2, 1), rate=10, mode="previous", voxel=dict(VOXEL, mode="count")),
+            "joints": Window("joints", indices=range(-3, 5), rate=100, pad="zero")}
+
+
+def test_cuda_point_cloud_windows_equal_cpu(cloud_pair):
+    cpu, gpu = cloud_pair
+    a = DataLoader(cpu, 11, seed=2, windows=cloud_windows())
+    b = DataLoader(gpu, 11, seed=2, windows=cloud_windows())
+    for x, y in zip(a, b):
+        for k in x:
+            assert y[k].device.type == "cuda", k
+            # deterministic voxelize: CPU == GPU bit for bit, mean included
+            assert torch.equal(y[k].cpu(), x[k]), k
+
+
+def test_cuda_point_cloud_epoch_without_host_sync(cloud_pair):
+    _, gpu = cloud_pair
+    loader = DataLoader(gpu, 16, seed=1, windows=cloud_windows())
+    for _ in loader:
+        pass
+    torch.cuda.synchronize()
+    loader.set_epoch(2)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        n = sum(1 for _ in loader)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert n == len(loader)
+
+
+def test_cuda_shards_equal_cpu_shards(pair):
+    cpu, gpu = pair
+    for r in range(2):
+        kw = dict(seed=3, windows=windows(), rank=r, world_size=2)
+        a = DataLoader(cpu, 8, **kw)
+        b = DataLoader(cpu, 8, device="cuda", shard_episodes=True, **{**kw, "seed": 4})
+        c = DataLoader(cpu, 8, shard_episodes=True, **{**kw, "seed": 4})
+        assert b.dataset.device.type == "cuda" and len(b.dataset) < len(cpu)
+        for x, y in zip(a, DataLoader(gpu, 8, **kw)):
+            assert torch.equal(x["joints"], y["joints"].cpu())
+        for x, y in zip(c, b):
+            assert torch.equal(x["joints"], y["joints"].cpu())

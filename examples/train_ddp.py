@@ -1,0 +1,108 @@
+"""GR00T-style training on PickNPlace with DistributedDataParallel, one process per GPU.
+
+    torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --steps 200
+    torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --video --no-shard-episodes
+
+Each rank loads the dataset on the CPU and hands it to ``robocache.DataLoader`` with its GPU as
+``device``. With ``--shard-episodes`` (default) the loader keeps only the rank's episodes on its
+GPU (balanced by frame count, statistics of the whole set); without it every GPU holds the whole
+set and takes every ``world_size``-th sample of each epoch's permutation. Either way all ranks
+yield the same number of batches, so DDP's gradient all-reduce never waits on a rank that has run
+out. Without GPUs it runs on the CPU over gloo (``torchrun --nproc_per_node=2`` still works).
+The policy and loss are examples/train_groot_style.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_groot_style as groot  # noqa: E402  (Policy, masked_mse, windows, load_dataset)
+
+import robocache  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=groot.default_data())
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=64, help="per rank")
+    ap.add_argument("--video", action=argparse.BooleanOptionalAction, default=False,
+                    help="feed the ego_view frame (each rank decodes the mp4s at load)")
+    ap.add_argument("--shard-episodes", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--json", type=Path, help="rank 0 writes a summary here")
+    args = ap.parse_args(argv)
+
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if cuda:
+        torch.cuda.set_device(local)
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+
+    t = time.perf_counter()
+    ds = groot.load_dataset(args.data, args.video, device="cpu")
+    loader = robocache.DataLoader(ds, args.batch_size, shuffle=True, seed=args.seed, drop_last=True,
+                                  windows=groot.windows(args.video), device=device,
+                                  shard_episodes=args.shard_episodes)   # rank/world from torch.distributed
+    del ds                                                               # the host copy is not needed
+    if rank == 0:
+        print(f"{world} ranks ({backend}); loaded in {time.perf_counter() - t:.1f} s; per rank "
+              f"{loader.num_samples} samples, {len(loader)} batches of {args.batch_size}; "
+              f"shard_episodes={args.shard_episodes}")
+
+    torch.manual_seed(args.seed)                  # the same initial weights on every rank
+    model = DDP(groot.Policy(video=args.video).to(device), device_ids=[local] if cuda else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    losses, epoch, step = [], 0, 0
+    start = time.perf_counter()
+    while step < args.steps:
+        loader.set_epoch(epoch)
+        for batch in loader:
+            pred = model(batch["state"], batch.get("image"))
+            loss = groot.masked_mse(pred, batch["action"], batch["action_is_pad"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()                       # DDP all-reduces the gradients here
+            opt.step()
+            losses.append(loss.detach())
+            step += 1
+            if step == args.steps:
+                break
+        epoch += 1
+    # the mean loss over ranks, per step (one collective at the end, not per step)
+    curve = torch.stack(losses)
+    dist.all_reduce(curve)
+    curve = (curve / world).tolist()
+    elapsed = time.perf_counter() - start
+    # DDP keeps the replicas equal: compare a checksum of the parameters across ranks
+    flat = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
+    check = torch.stack([flat.sum(), (flat * torch.arange(flat.numel(), device=device, dtype=torch.float64)).sum()])
+    gathered = [torch.zeros_like(check) for _ in range(world)]
+    dist.all_gather(gathered, check)
+    equal = all(torch.equal(g, gathered[0]) for g in gathered)
+    if rank == 0:
+        print(f"{step} steps in {elapsed:.1f} s, {world * args.batch_size * step / elapsed:.0f} samples/s over "
+              f"{world} ranks; loss {curve[0]:.4f} -> {curve[-1]:.4f}; replicas equal: {equal}")
+        if args.json:
+            args.json.write_text(json.dumps({
+                "world_size": world, "backend": backend, "steps": step, "first_loss": curve[0],
+                "last_loss": sum(curve[-5:]) / len(curve[-5:]), "param_checksums_equal": equal,
+                "samples_per_s": world * args.batch_size * step / elapsed, "epochs": epoch}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""torchrun with 2 processes: each rank's shard of every epoch is disjoint from the other's and
+together they cover all samples; ranks yield the same batch count; shard_episodes holds only the
+rank's episodes; examples/train_ddp.py trains with DDP. On 2 GPUs over NCCL (marked cuda, skipped
+without 2 GPUs) and on the CPU over gloo (runs in CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+BACKENDS = [pytest.param("gloo", id="gloo-cpu"),
+            pytest.param("nccl", id="nccl-2gpu", marks=pytest.mark.cuda)]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKER = r'''
+import json, os, sys
+import numpy as np, torch, torch.distributed as dist
+sys.path.insert(0, os.environ["TESTS_DIR"])
+import robocache
+from robocache import DataLoader, Window
+from test_loader import make_episodes
+
+backend = os.environ["BACKEND"]
+dist.init_process_group(backend)
+rank, world = dist.get_rank(), dist.get_world_size()
+dev = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+if backend == "nccl":
+    torch.cuda.set_device(rank)
+eps = make_episodes(np.random.default_rng(7), E=9)
+full = robocache.Dataset.from_episodes(eps, device=dev)
+win = {"joints": Window("joints", offsets=[0.0, 0.01]), "actions": Window("actions", indices=range(4), rate=50)}
+out = {"rank": rank, "world": world}
+# replicated dataset: shards of the global permutation (rank/world from torch.distributed)
+ld = DataLoader(full, 16, seed=11, windows=win)
+out["num_samples"], out["batches"] = ld.num_samples, len(ld)
+out["orders"] = {e: ld.order(e).cpu().tolist() for e in (0, 1)}
+n = 0
+for e in (0, 1):
+    ld.set_epoch(e)
+    for b in ld:
+        assert b["joints"].device == dev
+        n += 1
+out["yielded"] = n
+out["total"] = int(ld.samples[0].shape[0])
+# shard_episodes: loaded on the CPU, only this rank's episodes go to its GPU
+cpu = robocache.Dataset.from_episodes(eps, device="cpu")
+sh = DataLoader(cpu, 16, seed=11, windows=win, shard_episodes=True, device=dev)
+out["held"] = [ep.index for ep in sh.dataset.episodes]
+out["sh_batches"] = len(sh)
+out["sh_device"] = str(sh.dataset.device)
+out["sh_yielded"] = sum(1 for _ in sh)
+# the same number of steps everywhere: a collective per batch would hang otherwise
+t = torch.tensor([out["sh_yielded"]], device=dev)
+dist.all_reduce(t, op=dist.ReduceOp.MAX)
+out["sh_max"] = int(t)
+with open(os.path.join(os.environ["OUT_DIR"], f"rank{rank}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+'''
+
+
+def torchrun(args, tmp_path, backend):
+    if backend == "nccl" and torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    env = dict(os.environ, TESTS_DIR=str(ROOT / "tests"), OUT_DIR=str(tmp_path), PYTHONPATH=str(ROOT),
+               BACKEND=backend, OMP_NUM_THREADS="1")
+    if backend == "gloo":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    return r
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torchrun_shards_disjoint_complete(tmp_path, backend):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    torchrun([str(script)], tmp_path, backend)
+    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["world"] for r in res] == [2, 2]
+    N = res[0]["total"]
+    assert res[0]["num_samples"] == res[1]["num_samples"] == -(-N // 2)
+    assert res[0]["batches"] == res[1]["batches"] and res[0]["yielded"] == res[1]["yielded"] == 2 * res[0]["batches"]
+    for e in ("0", "1"):
+        a, b = res[0]["orders"][e], res[1]["orders"][e]
+        assert set(a) | set(b) == set(range(N))                      # complete
+        assert len(a) + len(b) - len(set(a) | set(b)) == 2 * len(a) - N   # disjoint but the wrap
+    assert res[0]["orders"]["0"] != res[0]["orders"]["1"]            # a new permutation per epoch
+    held0, held1 = set(res[0]["held"]), set(res[1]["held"])
+    assert not held0 & held1 and held0 | held1 == set(range(9))
+    assert res[0]["sh_batches"] == res[1]["sh_batches"] == res[0]["sh_yielded"] == res[0]["sh_max"]
+    assert [r["sh_device"] for r in res] == (["cuda:0", "cuda:1"] if backend == "nccl" else ["cpu", "cpu"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_train_ddp_example(tmp_path, backend, DATA):
+    torchrun([str(ROOT / "examples" / "train_ddp.py"), "--data", str(DATA / "groot_picknplace"), "--steps", "30",
+              "--batch-size", "32", "--json", str(tmp_path / "ddp.json")], tmp_path, backend)
+    res = json.loads((tmp_path / "ddp.json").read_text())
+    assert res["world_size"] == 2 and res["backend"] == backend
+    assert res["steps"] == 30 and res["last_loss"] < res["first_loss"], res
+    # DDP keeps the replicas equal: every rank ends with the same parameters
+    assert res["param_checksums_equal"], res

@@ -1,0 +1,153 @@
+"""Multi-rank DataLoader on the CPU, ranks simulated in one process with explicit
+rank/world_size (tests/test_distributed.py runs the same under torchrun on 2 GPUs):
+shards disjoint and complete, equal batch counts, shard_episodes, Dataset.subset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import robocache  # noqa: E402
+from robocache import DataLoader, Window  # noqa: E402
+from test_loader import make_episodes  # noqa: E402
+from test_loader_pointcloud import VOXEL, make_episodes as make_cloud_episodes  # noqa: E402
+
+WINDOWS = {"joints": Window("joints", offsets=[0.0, 0.02]), "actions": Window("actions", indices=range(4), rate=50)}
+
+
+@pytest.fixture
+def synth(rng):
+    return robocache.Dataset.from_episodes(make_episodes(rng, E=7), device="cpu")
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_permutation_shards_disjoint_and_complete(synth, world, drop_last, shuffle):
+    N = synth.streams["joints"].num_samples
+    loaders = [DataLoader(synth, 8, shuffle=shuffle, drop_last=drop_last, seed=5, windows=WINDOWS,
+                          rank=r, world_size=world) for r in range(world)]
+    per = N // world if drop_last else -(-N // world)
+    assert {ld.num_samples for ld in loaders} == {per}
+    assert len({len(ld) for ld in loaders}) == 1                 # same batch count on every rank
+    for epoch in (0, 3):
+        orders = [ld.order(epoch).numpy() for ld in loaders]
+        allidx = np.concatenate(orders)
+        if drop_last:
+            assert len(set(allidx)) == allidx.size == per * world      # disjoint, N - (N % world) seen
+        else:
+            assert set(allidx) == set(range(N))                        # complete
+            assert allidx.size - len(set(allidx)) == per * world - N   # only the wrap repeats
+        # rank r takes every world-th entry of the one global permutation
+        glob = DataLoader(synth, 8, shuffle=shuffle, seed=5, windows=WINDOWS).order(epoch).numpy()
+        wrapped = np.resize(glob, per * world)
+        for r in range(world):
+            np.testing.assert_array_equal(orders[r], wrapped[r::world])
+
+
+def test_rank_batches_are_the_ranks_samples(synth):
+    full = DataLoader(synth, 6, seed=2, shuffle=True, windows=WINDOWS)
+    glob = full.order().numpy()
+    ep, t = (x.numpy() for x in full.samples)
+    for r in range(3):
+        ld = DataLoader(synth, 6, seed=2, windows=WINDOWS, rank=r, world_size=3)
+        mine = np.resize(glob, ld.num_samples * 3)[r::3]
+        got = torch.cat([b["joints"] for b in ld])
+        want = torch.cat([b["joints"] for b in DataLoader(synth, 6, shuffle=False, windows=WINDOWS,
+                                                          sampler=[int(i) for i in mine])])
+        assert torch.equal(got, want)
+
+
+def test_resume_on_a_rank(synth):
+    kw = dict(seed=9, windows=WINDOWS, rank=1, world_size=2)
+    straight = [b["actions"] for b in DataLoader(synth, 5, **kw)]
+    a = DataLoader(synth, 5, **kw)
+    it = iter(a)
+    first = [next(it)["actions"] for _ in range(3)]
+    state = a.state_dict()
+    assert state["rank"] == 1 and state["world_size"] == 2
+    b = DataLoader(synth, 5, **kw)
+    b.load_state_dict(state)
+    rest = [x["actions"] for x in b]
+    assert all(torch.equal(x, y) for x, y in zip(first + rest, straight)) and len(first + rest) == len(straight)
+    c = DataLoader(synth, 5, seed=9, windows=WINDOWS, rank=0, world_size=2)
+    with pytest.raises(ValueError, match="rank was 1"):
+        c.load_state_dict(state)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_shard_episodes(synth, world, drop_last):
+    lengths = synth.streams["joints"].lengths
+    loaders = [DataLoader(synth, 8, seed=4, drop_last=drop_last, windows=WINDOWS, rank=r, world_size=world,
+                          shard_episodes=True) for r in range(world)]
+    held = [[ep.index for ep in ld.dataset.episodes] for ld in loaders]
+    flat = sorted(e for h in held for e in h)
+    assert flat == list(range(len(synth)))                           # disjoint and complete
+    counts = [int(sum(lengths[h])) for h in held]
+    assert max(counts) - min(counts) <= max(lengths)                 # balanced by samples
+    per = min(counts) if drop_last else max(counts)
+    assert {ld.num_samples for ld in loaders} == {per} and len({len(ld) for ld in loaders}) == 1
+    for ld, h in zip(loaders, held):
+        assert len(ld.dataset) == len(h)                             # only the rank's episodes held
+        order = ld.order(2).numpy()
+        own = ld.samples[0].shape[0]
+        if drop_last:
+            assert len(set(order)) == order.size
+        else:
+            assert set(order) == set(range(own))                     # every own sample, wrapped
+        # values come from the rank's subset: equal to the full dataset's episodes
+        for k, b in enumerate(ld):
+            for row, i in enumerate(ld.order(0).numpy()[k * 8:(k + 1) * 8][:2]):
+                e_local, t = int(ld.samples[0][i]), float(ld.samples[1][i])
+                e = h[e_local]
+                ref = next(iter(DataLoader(synth.subset([e]), 1, shuffle=False, windows=WINDOWS,
+                                           sampler=[int(np.searchsorted(synth.streams["joints"].episode(e)[1].numpy(), t))])))
+                assert torch.equal(b["joints"][row], ref["joints"][0])
+            if k == 1:
+                break
+
+
+def test_shard_episodes_keeps_global_stats(synth):
+    w = {"j": Window("joints", normalize="mean_std")}
+    ld = DataLoader(synth, 4, windows=w, rank=1, world_size=2, shard_episodes=True)
+    for k in ("mean", "std", "q01"):
+        assert torch.equal(ld.dataset.streams["joints"].stats[k], synth.streams["joints"].stats[k])
+
+
+def test_shard_episodes_point_clouds(rng):
+    ds = robocache.Dataset.from_episodes(make_cloud_episodes(rng), device="cpu")
+    w = {"g": Window("lidar", voxel=dict(VOXEL, mode="count")), "j": "joints"}
+    full = {}
+    for b in DataLoader(ds, 1000, shuffle=False, windows=w):
+        for j, g in zip(b["j"], b["g"]):
+            full[j.numpy().tobytes()] = g
+    for r in range(2):
+        for b in DataLoader(ds, 16, windows=w, rank=r, world_size=2, shard_episodes=True):
+            for j, g in zip(b["j"], b["g"]):
+                assert torch.equal(g, full[j.numpy().tobytes()])
+
+
+def test_subset(synth):
+    sub = synth.subset([4, 0, 6])
+    assert len(sub) == 3 and [e.index for e in sub.episodes] == [4, 0, 6]
+    for i, e in enumerate([4, 0, 6]):
+        for n in synth.streams:
+            (va, ta), (vb, tb) = synth.episode(e)[n], sub.episode(i)[n]
+            assert torch.equal(va, vb) and torch.equal(ta, tb)
+    assert len(synth.subset([])) == 0
+    with pytest.raises(IndexError, match="out of range"):
+        synth.subset([7])
+
+
+def test_bad_distributed_arguments(synth):
+    with pytest.raises(ValueError, match="give both or neither"):
+        DataLoader(synth, 4, windows=WINDOWS, rank=0)
+    with pytest.raises(ValueError, match="0 <= rank < world_size"):
+        DataLoader(synth, 4, windows=WINDOWS, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        DataLoader(synth, 4, shuffle=False, windows=WINDOWS, sampler=[0], shard_episodes=True)
+    with pytest.raises(ValueError, match="ranks get no samples"):
+        DataLoader(synth, 4, windows=WINDOWS, rank=0, world_size=9, shard_episodes=True)

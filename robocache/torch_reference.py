@@ -10,6 +10,10 @@ with robocache, so it follows docs/loader.md exactly:
   ``nearest`` / ``previous`` / ``next`` (docs/resample.md: ``j`` = last sample with
   ``t[j] <= x``, nearest ties go to the later sample), edges repeat the first/last value,
   ``{key}_is_pad`` where a target is more than ``tolerance`` outside the episode's span;
+- ``pad="zero"``: padded steps hold zeros before any transform; point-cloud windows voxelize the
+  picked frame's points with ``np.floor`` binning and ``np.bincount`` (occupancy, count, sum,
+  mean; mean/sum accumulate in float64, so they may differ from robocache's fixed point in the
+  last bit);
 - then, in robocache's order: image layout (``BTCHW``: float32 / 255), normalization (float32
   ``(x - center) * scale`` from ``stream.stats``), the ``dtype`` cast, zero-padding to ``max_dim``
   (with ``{key}_dim_mask``);
@@ -91,6 +95,19 @@ class _Key:
         self.dtype = None if dtype is None else torch.empty(0, dtype=dtype).numpy().dtype
         self.max_dim = w.max_dim
         self.features = int(np.prod(s.shape)) if s.shape else 1
+        self.zero_pad = w.pad == "zero"
+        self.cloud = None
+        if s.kind == "pointcloud":
+            v = dict(w.voxel or {})
+            grid = v["grid"]
+            grid = (int(grid),) * 3 if np.ndim(grid) == 0 else tuple(int(g) for g in grid)
+            mode = v.get("mode", "occupancy")
+            if mode == "max":
+                raise NotImplementedError(f"windows[{key!r}]: voxel mode 'max' is not reproduced by the torch reference")
+            dt = v.get("dtype") or (torch.int32 if mode == "count" else torch.float32)
+            self.cloud = (grid, np.broadcast_to(np.asarray(v["voxel_size"], np.float64), (3,)),
+                          np.asarray(v["origin"], np.float64), mode, torch.empty(0, dtype=dt).numpy().dtype,
+                          s._frame_offsets_host)
 
     def __call__(self, e: int, anchor: float, out: dict) -> None:
         x = anchor + self.offsets                                   # [T] float64, as robocache adds
@@ -98,6 +115,10 @@ class _Key:
         t = self.times[a:b]
         T = len(x)
         if b == a:                                                  # empty episode: zeros, all padding
+            if self.cloud is not None:
+                out[self.key] = np.stack([self._voxelize(-1, True) for _ in range(T)])
+                out[self.key + "_is_pad"] = np.ones(T, bool)
+                return
             v = np.zeros((T,) + self.values.shape[1:], self.values.dtype)
             pad = np.ones(T, bool)
         else:
@@ -110,8 +131,14 @@ class _Key:
             else:                                                   # nearest, ties to the later sample
                 k = np.where(t[hi] - x <= x - t[lo], hi, lo)
             k = np.where(j < 0, 0, k)                               # before the first sample: sample 0
-            v = self.values[a + k]
             pad = (x < t[0] - self.tolerance) | (x > t[-1] + self.tolerance)
+            if self.cloud is not None:
+                out[self.key] = np.stack([self._voxelize(a + int(f), bool(p)) for f, p in zip(k, pad)])
+                out[self.key + "_is_pad"] = pad
+                return
+            v = self.values[a + k]
+            if self.zero_pad:
+                v = np.where(pad.reshape((T,) + (1,) * (v.ndim - 1)), np.zeros((), v.dtype), v)
         if self.image:
             if v.ndim == 3:                                         # [T, H, W] grey
                 v = v[..., None]
@@ -129,6 +156,25 @@ class _Key:
             out[self.key + "_dim_mask"] = np.broadcast_to(np.arange(self.max_dim) < self.features, v.shape)
         out[self.key] = np.ascontiguousarray(v)
         out[self.key + "_is_pad"] = pad
+
+
+    def _voxelize(self, frame: int, pad: bool) -> np.ndarray:
+        """One frame's points as a grid (frame < 0, or padded with pad="zero": empty)."""
+        grid, vs, origin, mode, dtype, fo = self.cloud
+        p = self.values[fo[frame]:fo[frame + 1]] if frame >= 0 and not (pad and self.zero_pad) else self.values[:0]
+        idx = np.floor((p[:, :3].astype(np.float64) - origin) / vs)
+        with np.errstate(invalid="ignore"):
+            keep = np.all((idx >= 0) & (idx < np.asarray(grid)), axis=1)
+        lin = np.ravel_multi_index(idx[keep].astype(np.int64).T, grid)
+        n = int(np.prod(grid))
+        count = np.bincount(lin, minlength=n)
+        if mode in ("occupancy", "count"):
+            return (count > 0 if mode == "occupancy" else count).astype(dtype).reshape(grid)
+        f = p[keep, 3:].astype(np.float64)
+        sums = np.stack([np.bincount(lin, weights=f[:, c], minlength=n) for c in range(f.shape[1])])
+        if mode == "mean":
+            sums = np.where(count > 0, sums / np.maximum(count, 1), 0.0)
+        return sums.astype(dtype).reshape((f.shape[1],) + grid)
 
 
 class WindowDataset(torch.utils.data.Dataset):

@@ -158,3 +158,23 @@ def test_voxel_window_bad_input(clouds):
         DataLoader(clouds, 4, windows={"g": Window("joints", pad="reflect")})
     with pytest.raises(ValueError, match="point-cloud stream"):
         DataLoader(clouds, 4, windows={"g": "joints"}, anchor="lidar")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_torch_reference_gives_the_same_batches(clouds, num_workers):
+    """The plain torch.utils.data baseline of the loader benchmark reproduces voxel windows and
+    pad="zero" exactly (occupancy, count)."""
+    from robocache.torch_reference import make_torch_loader
+    w = {"occ": Window("lidar", offsets=[-0.1, 0.0], voxel=VOXEL),
+         "count": Window("lidar", indices=range(-1, 2), rate=10, pad="zero", voxel=dict(VOXEL, mode="count")),
+         "joints": Window("joints", indices=range(-2, 3), rate=100, pad="zero", normalize="min_max")}
+    ours = DataLoader(clouds, 13, seed=6, windows=w)
+    ours.set_epoch(2)
+    theirs = make_torch_loader(clouds, w, 13, seed=6, epoch=2, num_workers=num_workers)
+    n = 0
+    for a, b in zip(ours, theirs):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        n += 1
+    assert n == len(ours) == len(theirs)

@@ -1,0 +1,317 @@
+"""End-to-end loader benchmark: robocache.DataLoader against the loaders a user has today.
+
+    python benchmarks/bench_loader.py [--quick] [--batch-size 64] [--workers 8] [--json PATH]
+
+Sets (each checked first: the contenders' batches equal robocache's for the same samples):
+  picknplace        GR00T PickNPlace low-dim: state [B,1,44] + action [B,16,44], min/max normalized
+  picknplace+frame  the same + the ego_view frame [B,1,3,256,256] float in [0,1] (pre-decoded)
+  multirate         generated: joints 100 Hz [10,14] mean/std, camera 30 Hz [2,3,96,96],
+                    point clouds 10 Hz (4096 points) voxelized to 64^3 occupancy, actions 50 Hz [16,7]
+Contenders:
+  robocache         robocache.DataLoader on the GPU-resident Dataset (side-stream prefetch)
+  torch DL          torch.utils.data.DataLoader, --workers workers, pin_memory, NumPy windows in
+                    __getitem__ (robocache/torch_reference.py), batches copied to the GPU
+  torch GPU gather  plain PyTorch on GPU-resident tensors: randint, index arithmetic, clamp, gather,
+                    masks, normalization (and a scatter for voxels): what a skilled user writes
+Measured: samples/s over many batches (loader alone, nothing else on the GPU), per-batch
+latency (next() until the batch is on the GPU, p50), and inside a GR00T-style training loop
+(examples/train_groot_style.py's policy with the frame) the step time, the GPU idle fraction
+(1 - model GPU time / wall time) and the loader's cost (step time over a fixed in-memory batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import robocache  # noqa: E402
+from robocache import Window  # noqa: E402
+from robocache.torch_reference import make_torch_loader  # noqa: E402
+
+import train_groot_style as groot  # noqa: E402
+
+IMAGE = groot.IMAGE
+VOXEL = dict(grid=64, voxel_size=0.05, origin=(-1.6, -1.6, -0.4))
+
+
+# --------------------------------------------------------------------------------------------
+# sets
+
+
+def picknplace(data: Path, frames: bool):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = robocache.Dataset.from_lerobot(data, load_video=frames, device="cpu")
+    w = {"state": Window("observation.state", indices=[0], rate=20, normalize="min_max"),
+         "action": Window("action", indices=range(16), rate=20, normalize="min_max")}
+    if frames:
+        w["image"] = Window(IMAGE, indices=[0], rate=20, layout="BTCHW")
+    return ds, w
+
+
+def multirate(quick: bool):
+    """E episodes of 15 s on exact clocks (so index arithmetic is exact for the gather contender)."""
+    rng = np.random.default_rng(0)
+    E, dur = (8, 6.0) if quick else (40, 15.0)
+    eps = []
+    for e in range(E):
+        # clock offsets keep index arithmetic (the gather contender) off nearest-frame ties
+        tj, tc, tl, ta = (np.arange(int(dur * r)) / r + o for r, o in ((100, 0), (30, 0.004), (10, 0.013), (50, 0.002)))
+        joints = np.cumsum(rng.normal(0, 0.02, (len(tj), 14)), 0).astype(np.float32)
+        cam = rng.integers(0, 256, (len(tc), 96, 96, 3), dtype=np.uint8)
+        clouds = []
+        for _ in tl:
+            p = rng.normal(0, 0.6, (4096, 3)).astype(np.float32)
+            p[:, 2] = np.abs(p[:, 2])
+            clouds.append(p)
+        act = rng.normal(0, 1, (len(ta), 7)).astype(np.float32)
+        eps.append({"joints": (joints, tj), "camera": (cam, tc), "lidar": (clouds, tl), "action": (act, ta)})
+    ds = robocache.Dataset.from_episodes(eps, rates={"joints": 100, "camera": 30, "lidar": 10, "action": 50},
+                                         device="cpu")
+    w = {"joints": Window("joints", indices=range(-9, 1), rate=100, normalize="mean_std"),
+         "camera": Window("camera", indices=[-1, 0], rate=30, layout="BTCHW"),
+         "cloud": Window("lidar", indices=[0], rate=10, voxel=VOXEL),
+         "action": Window("action", indices=range(16), rate=50, normalize="min_max")}
+    return ds, w
+
+
+# --------------------------------------------------------------------------------------------
+# the plain-PyTorch GPU contender
+
+
+class GpuGather:
+    """What a skilled user writes on GPU-resident tensors: per key, frame = anchor frame +
+    round(offset * rate), clamped to the episode, gathered; is_pad from the unclamped index;
+    normalization as (x - center) * scale; images permuted and scaled; voxels by a scatter."""
+
+    def __init__(self, ds, windows, anchor: str, device):
+        self.dev = device
+        a = ds.streams[anchor]
+        self.N = a.num_samples
+        self.ep = torch.repeat_interleave(torch.arange(len(ds)), torch.from_numpy(a.lengths)).to(device)
+        self.t = a.times.to(device)
+        self.keys = []
+        for key, w in windows.items():
+            s = ds.streams[w.names[0]]
+            rate = float(w.rate)
+            k = {"key": key, "steps": torch.as_tensor(list(w.indices), device=device),
+                 "rate": rate, "start": s.offsets[:-1].to(device), "end": s.offsets[1:].to(device),
+                 "t0": s._ends()[0].to(device), "values": s.values.to(device), "kind": s.kind,
+                 "layout": w.layout}
+            if w.normalize:
+                st = s.stats
+                if w.normalize == "mean_std":
+                    c, width = st["mean"], st["std"]
+                else:
+                    c, width = (st["max"] + st["min"]) / 2, (st["max"] - st["min"]) / 2
+                k["center"] = c.float().to(device)
+                k["scale"] = torch.where(width > 0, 1 / width, 0).float().to(device)
+            if s.kind == "pointcloud":
+                k["fo"] = s.frame_offsets.to(device)
+                k["nmax"] = int(np.diff(s._frame_offsets_host).max())
+            self.keys.append(k)
+
+    def batch(self, B: int, idx=None) -> dict:
+        if idx is None:
+            idx = torch.randint(0, self.N, (B,), device=self.dev)
+        ep, t = self.ep[idx], self.t[idx]
+        out = {}
+        for k in self.keys:
+            start, end = k["start"][ep], k["end"][ep]
+            anchor = torch.floor((t - k["t0"][ep]) * k["rate"] + 0.5).long()  # nearest frame to the anchor
+            j = start[:, None] + anchor[:, None] + k["steps"][None, :]      # [B, T]
+            pad = (j < start[:, None]) | (j >= end[:, None])
+            j = torch.minimum(torch.maximum(j, start[:, None]), end[:, None] - 1)
+            if k["kind"] == "pointcloud":
+                x = self._voxels(k, j)
+            else:
+                x = k["values"][j]
+            if k["kind"] == "image" and k["layout"] == "BTCHW":
+                x = x.permute(0, 1, 4, 2, 3).float().div_(255)
+            if "scale" in k:
+                x = (x.float() - k["center"]) * k["scale"]
+            out[k["key"]], out[k["key"] + "_is_pad"] = x, pad
+        return out
+
+    def _voxels(self, k, j):
+        B, T = j.shape
+        g, vs, origin = VOXEL["grid"], VOXEL["voxel_size"], torch.tensor(VOXEL["origin"], dtype=torch.float64, device=self.dev)
+        fo = k["fo"]
+        first, n = fo[j.reshape(-1)], fo[j.reshape(-1) + 1] - fo[j.reshape(-1)]
+        r = torch.arange(k["nmax"], device=self.dev)
+        pts = k["values"][(first[:, None] + r).clamp_(max=k["values"].shape[0] - 1)]     # [BT, nmax, 3]
+        v = torch.floor((pts.double() - origin) / vs).long()
+        ok = ((v >= 0) & (v < g)).all(-1) & (r[None, :] < n[:, None])
+        lin = ((torch.arange(B * T, device=self.dev)[:, None] * g + v[..., 0]) * g + v[..., 1]) * g + v[..., 2]
+        occ = torch.zeros(B * T * g ** 3, device=self.dev)
+        occ.index_put_((lin[ok],), torch.ones((), device=self.dev))
+        return occ.view(B, T, g, g, g)
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def endless(make_iter):
+    """Batches forever, a new epoch (iterator) when one ends."""
+    while True:
+        yield from make_iter()
+
+
+def throughput(batches, B: int, n: int, warm: int) -> dict:
+    """samples/s over n batches after warm ones, and per-batch latency (next() to on-GPU, each
+    batch waited for)."""
+    for _ in range(warm):
+        next(batches)
+    sync()
+    t = time.perf_counter()
+    for _ in range(n):
+        b = next(batches)
+    sync()
+    rate = n * B / (time.perf_counter() - t)
+    lat = []
+    for _ in range(min(n, 50)):
+        t = time.perf_counter()
+        b = next(batches)
+        sync()
+        lat.append(time.perf_counter() - t)
+    del b
+    return {"samples_per_s": rate, "latency_ms_p50": 1e3 * statistics.median(lat)}
+
+
+def to_gpu(it, dev):
+    for b in it:
+        yield {k: v.to(dev, non_blocking=True) for k, v in b.items()}
+
+
+def same(a: dict, b: dict, keys, what: str):
+    for k in keys:
+        x, y = a[k].cpu(), b[k].cpu()
+        if x.shape != y.shape or not torch.allclose(x.float(), y.float(), rtol=1e-5, atol=1e-5):
+            raise AssertionError(f"{what}: key {k!r} differs from robocache")
+
+
+def train_loop(batches, steps: int, warm: int, dev) -> dict:
+    """GR00T-style steps (policy with the frame); wall time per step and GPU busy fraction."""
+    torch.manual_seed(0)
+    model = groot.Policy(video=True).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    events = []
+    for i in range(warm + steps):
+        if i == warm:
+            sync()
+            t = time.perf_counter()
+        b = next(batches)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        loss = groot.masked_mse(model(b["state"], b["image"]), b["action"], b["action_is_pad"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        e.record()
+        if i >= warm:
+            events.append((s, e))
+    sync()
+    wall = time.perf_counter() - t
+    busy = sum(s.elapsed_time(e) for s, e in events) / 1e3
+    return {"step_ms": 1e3 * wall / steps, "gpu_idle": max(0.0, 1 - busy / wall)}
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=groot.default_data())
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--cpu-smoke", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available() and not args.cpu_smoke:
+        print("bench_loader needs a CUDA GPU (--cpu-smoke runs its checks and loops on the CPU, untimed)")
+        return 1
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    B = args.batch_size
+    n = 30 if args.quick else 300
+    gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "CPU (smoke run, not a measurement)"
+    print(f"{gpu}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+          f"robocache {robocache.__version__}; batch {B}, torch DL {args.workers} workers")
+    results = {"device": gpu, "cpu_cores": os.cpu_count(), "batch_size": B, "rows": []}
+
+    sets = [("picknplace", *picknplace(args.data, False), "observation.state"),
+            ("picknplace+frame", *picknplace(args.data, True), "observation.state"),
+            ("multirate", *multirate(args.quick), "joints")]
+    trained = {}
+    for name, cpu_ds, w, anchor in sets:
+        gpu_ds = cpu_ds.to(dev)
+        rc = robocache.DataLoader(gpu_ds, B, seed=0, windows=w, drop_last=True)
+        tdl = make_torch_loader(cpu_ds, w, B, seed=0, num_workers=args.workers, pin_memory=True,
+                                drop_last=True, persistent_workers=args.workers > 0,
+                                prefetch_factor=4 if args.workers else None)
+        gg = GpuGather(gpu_ds, w, anchor, dev)
+        # correctness first: the same samples through each contender
+        first = next(iter(rc))
+        same(first, next(iter(tdl)), w.keys(), "torch DL")
+        same(first, gg.batch(B, rc.order(0)[:B]), w.keys(), "torch GPU gather")
+
+        rows = {}
+        rows["robocache"] = throughput(endless(lambda: iter(rc)), B, n, warm=5)
+        rows["torch GPU gather"] = throughput(iter(lambda: gg.batch(B), None), B, n, warm=5)
+        nt = max(10, n // (5 if name != "picknplace" else 2))
+        rows["torch DL"] = throughput(to_gpu(endless(lambda: iter(tdl)), dev), B, nt, warm=2 * args.workers + 2)
+        for who, r in rows.items():
+            results["rows"].append({"set": name, "loader": who, **r})
+        if name == "picknplace+frame" and dev.type == "cuda":
+            fixed = {k: v.clone() for k, v in first.items()}
+            steps = 20 if args.quick else 100
+            trained = {
+                "fixed batch": train_loop(iter(lambda: fixed, None), steps, 5, dev),
+                "robocache": train_loop(endless(lambda: iter(rc)), steps, 5, dev),
+                "torch GPU gather": train_loop(iter(lambda: gg.batch(B), None), steps, 5, dev),
+                "torch DL": train_loop(to_gpu(endless(lambda: iter(tdl)), dev), steps, 2 * args.workers + 2, dev),
+            }
+        del tdl, rc, gg, gpu_ds
+
+    print(f"\n{'set':18s} {'loader':18s} {'samples/s':>12s} {'latency p50':>12s} {'vs torch DL':>12s} {'vs gather':>10s}")
+    for name in dict.fromkeys(r["set"] for r in results["rows"]):
+        rs = {r["loader"]: r for r in results["rows"] if r["set"] == name}
+        for who, r in rs.items():
+            r["x_torch_dl"] = r["samples_per_s"] / rs["torch DL"]["samples_per_s"]
+            r["x_gather"] = r["samples_per_s"] / rs["torch GPU gather"]["samples_per_s"]
+            print(f"{name:18s} {who:18s} {r['samples_per_s']:12,.0f} {r['latency_ms_p50']:9.3f} ms "
+                  f"{r['x_torch_dl']:11.1f}x {r['x_gather']:9.2f}x")
+    if trained:
+        base = trained["fixed batch"]["step_ms"]
+        print(f"\nGR00T-style training step (policy with the frame, batch {B}):")
+        print(f"{'loader':18s} {'step ms':>9s} {'GPU idle':>9s} {'loader cost':>12s}")
+        for who, r in trained.items():
+            r["loader_cost"] = max(0.0, (r["step_ms"] - base) / r["step_ms"])
+            print(f"{who:18s} {r['step_ms']:9.3f} {100 * r['gpu_idle']:8.1f}% {100 * r['loader_cost']:11.1f}%")
+        results["training"] = trained
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,6 +4,7 @@
  * rc_resample_args in robocache.h. Work is split over (row, target) pairs: one binary search
  * each, then D features written. Benchmark: python benchmarks/bench_resample.py --device cpu
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../resample_math.h"
@@ -92,11 +93,25 @@ rc_status rc_resample_check_cpu(rc_check_result *result, const rc_resample_args 
             if (n < 0 || n > a->samples) return found(result, RC_CHECK_LENGTHS, b, 0);
         }
     }
+    /* ragged: each episode's times are scanned once, at the first row that reads it (a batch
+     * of B rows from a few long episodes would otherwise scan B * length samples; B=2000 rows
+     * of one 800k-sample episode took 0.7 s). Without the byte map (allocation failed) every
+     * row is scanned, as before: the same verdict, only slower. */
+    uint8_t *seen = a->offsets && a->batch > 1 ? calloc((size_t)a->episodes + 1, 1) : NULL;
     for (int64_t b = 0; b < a->batch; b++) {
+        if (seen) {
+            int64_t e = a->index[b * a->index_stride];
+            if (seen[e]) continue;
+            seen[e] = 1;
+        }
         int64_t v0, t0, n, bad_i = 0;
         rc_row_span(&v0, &t0, &n, a, b);
         int64_t kind = check_times(&bad_i, a, t0, n);
-        if (kind != RC_CHECK_OK) return found(result, kind, b, bad_i);
+        if (kind != RC_CHECK_OK) {
+            found(result, kind, b, bad_i);
+            break;
+        }
     }
+    free(seen);
     return RC_OK;
 }

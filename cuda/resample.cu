@@ -20,7 +20,8 @@ using rc::kMaxTile;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row, bool vec) {
+resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row, bool vec,
+                int64_t chunk) {
     __shared__ int64_t s_r0[kMaxTile], s_r1[kMaxTile];
     __shared__ double s_w[kMaxTile];
     __shared__ double s_split[kThreads]; /* phase-1 splitters, as the times' type */
@@ -39,15 +40,19 @@ resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row
     rc::locate_tile(&loc, a.times_dtype, (const char *)a.times + t0 * tes, a.times_stride_s, n, xp,
                     active, L, a.mode, a.tolerance, s_split);
     if (active && (threadIdx.x & (L - 1)) == 0) {
-        if (a.is_pad) a.is_pad[b * a.targets + t] = loc.pad;
+        if (a.is_pad && blockIdx.y == 0) a.is_pad[b * a.targets + t] = loc.pad;
         s_r0[g] = loc.i0 < 0 ? -1 : v0 + loc.i0 * a.values_stride_s;
         s_r1[g] = loc.i0 < 0 ? -1 : v0 + loc.i1 * a.values_stride_s;
         s_w[g] = loc.w;
     }
     __syncthreads();
     const rc::Tile tl = {s_r0, s_r1, s_w, count};
-    rc::write_rows<T>((T *)a.out + (b * a.targets + t_begin) * a.features, a.features,
-                      (const T *)a.values, a.features, a.values_stride_d, a.mode, vec, tl);
+    /* blockIdx.y: this block's slice [e0, e0 + chunk) of the feature dim (elements) */
+    const int64_t e0 = (int64_t)blockIdx.y * chunk;
+    const int64_t d = min(chunk, a.features - e0);
+    rc::write_rows<T>((T *)a.out + (b * a.targets + t_begin) * a.features + e0, a.features,
+                      (const T *)a.values + e0 * a.values_stride_d, d, a.values_stride_d, a.mode,
+                      vec, tl);
 }
 
 template <typename T>
@@ -68,8 +73,18 @@ rc_status launch(const rc_resample_args &a, int device, cudaStream_t stream) {
     const int64_t tiles_per_row = (a.targets + tile - 1) / tile;
     const int64_t blocks = a.batch * tiles_per_row;
     if (blocks > INT32_MAX) return rc_fail(RC_ERR_VALUE, "resample: batch * targets too large");
-    resample_kernel<T><<<(unsigned)blocks, kThreads, 0, stream>>>(a, (int)tile, L, tiles_per_row,
-                                                                vec);
+    /* Few long rows (a batch of camera frames: 64 rows of 196,608 bytes) leave most SMs idle
+     * with one block per row; split the feature dim across blockIdx.y until the grid covers the
+     * GPU twice, keeping >= 1024 units (16 KiB vectorized) per block. Slerp keeps whole rows. */
+    int64_t splits = 1;
+    const int64_t sms = rc::sm_count(device);
+    while (a.mode != RC_SLERP && splits < 32768 && blocks * splits < 2 * sms &&
+           units / (2 * splits) >= 1024)
+        splits *= 2;
+    const int64_t per = vec ? 16 / es : 1; /* elements per unit */
+    const int64_t chunk = (units + splits - 1) / splits * per;
+    resample_kernel<T><<<dim3((unsigned)blocks, (unsigned)splits), kThreads, 0, stream>>>(
+        a, (int)tile, L, tiles_per_row, vec, chunk);
     return RC_CUDA_CHECK(cudaGetLastError(), "resample kernel launch");
 }
 

@@ -64,7 +64,8 @@ class Window:
         batch then also holds ``{key}_dim_mask`` ``[B, T, max_dim]`` bool, True on real features.
     layout : {"BTHWC", "BTCHW"}, optional
         Image streams only: ``BTHWC`` keeps the stored dtype (uint8); ``BTCHW`` gives float32 in
-        [0, 1] (uint8 / 255). Default ``BTHWC``.
+        [0, 1] (uint8 / 255), channels-last in memory (each frame strided as
+        ``torch.channels_last``; ``.contiguous()`` gives NCHW memory). Default ``BTHWC``.
     resize : (int, int), optional
         Image streams only: ``(H, W)`` after bilinear resizing (``torch.nn.functional.interpolate``,
         antialias off); uint8 output is rounded back to uint8.
@@ -309,10 +310,10 @@ def _run_cloud(p: _Plan, ds: Dataset, episodes, new_times):
     return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
 
 
-def _run_plan(p: _Plan, ds: Dataset, episodes, anchors, out: dict) -> None:
-    """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch."""
+def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
+    """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch;
+    ``new_times [B, T]`` float64 (a strided view)."""
     torch = _torch()
-    new_times = anchors[:, None] + p.offsets[None, :]                      # [B, T] float64
     if p.voxel is not None:
         x, pad = _run_cloud(p, ds, episodes, new_times)
         if p.dtype is not None and x.dtype != p.dtype:
@@ -364,8 +365,11 @@ def _image(p: _Plan, x):
             y = y.round_().clamp_(0, 255).to(torch.uint8)
         return y.reshape(B, T, *p.resize, C).contiguous()
     if p.layout == "BTCHW":
-        y = x.permute(0, 1, 4, 2, 3).to(torch.float32)
-        return (y / 255.0 if u8 else y).contiguous()
+        # one pass over the frames, no transposing copy: the permuted view of HWC storage is the
+        # channels-last layout, which the elementwise op keeps (Conv2d's fast layout). An
+        # NCHW-contiguous copy cost ~3x this (bench_loader, docs/perf-notes.md)
+        y = x.permute(0, 1, 4, 2, 3)
+        return torch.div(y, 255.0) if u8 else y.to(torch.float32)
     return x
 
 
@@ -542,6 +546,9 @@ class DataLoader:
         self.device = dataset.device
         self.windows = dict(windows)
         self._plans = [_plan(str(k), w, dataset) for k, w in self.windows.items()]
+        self._offsets = torch.cat([p.offsets for p in self._plans])
+        ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
+        self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
         self._episode, self._time = self._samples(anchor, rate)   # [N] int64, [N] float64 on the device
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
@@ -671,8 +678,10 @@ class DataLoader:
         a = k * self.batch_size
         ep, t = episodes[a:a + self.batch_size], times[a:a + self.batch_size]
         out: dict = {}
-        for p in self._plans:
-            _run_plan(p, self.dataset, ep, t, out)
+        # every window's target times in one op; each plan reads its columns as a view
+        targets = t[:, None] + self._offsets[None, :]
+        for p, (a, b) in zip(self._plans, self._columns):
+            _run_plan(p, self.dataset, ep, targets[:, a:b], out)
         return out
 
     def __iter__(self) -> Iterator[dict]:

@@ -128,6 +128,22 @@ def test_cuda_images_cropped(make_case):
     assert_equal(robocache.resample(crop, a["times"], a["new_times"], mode="nearest"), ref)
 
 
+@pytest.mark.parametrize("vdtype,mode,feat", [
+    ("uint8", "nearest", (64, 96, 3)),       # camera frames: vectorized, split over blockIdx.y
+    ("uint8", "previous", (65, 97, 3)),      # odd row size: scalar path, split
+    ("float32", "linear", (12289,)),         # a split that does not divide the row
+    ("bfloat16", "linear", (8192, 2)),
+    ("float64", "slerp", (4096, 4)),         # slerp keeps whole rows
+])
+@pytest.mark.parametrize("form", ["dense", "ragged"])
+def test_cuda_few_long_rows(vdtype, mode, feat, form, make_case):
+    """Few outputs of long rows: the launcher splits each row's features across blocks; every
+    element (and is_pad once) must be written, CUDA == CPU == reference."""
+    case = make_case(form, vdtype, "float64", mode, B=3, S=7, T=2, feat=feat, episodes=4, max_len=8)
+    case.check("torch", "cuda")
+    assert_cuda_equals_cpu(case, *run_both(case))
+
+
 # ----------------------------------------------------------------------------
 # check=True on the GPU
 

@@ -158,8 +158,11 @@ def _row_ref(t, v, x, mode, tol, out_dtype):
         cd = np.float64 if v.dtype == np.float64 else np.float32
         out = v[idx].astype(cd)
         v0, v1 = v[jm].astype(cd), v[jm + 1].astype(cd)
-        # three separately rounded operations, the documented formula (no FMA)
-        out[mid] = v0 + w.astype(cd)[:, None] * (v1 - v0)
+        # three separately rounded operations, the documented formula (no FMA); w == 0 (the
+        # target exactly on sample j, or a weight that underflows) copies v[j], so an inf/NaN
+        # in sample j+1 does not reach a target that sits on a finite sample
+        lerp = v0 + w.astype(cd)[:, None] * (v1 - v0)
+        out[mid] = np.where((w == 0)[:, None], v0, lerp)
         return round_to(out, out_dtype), is_pad
 
     if mode == "slerp":

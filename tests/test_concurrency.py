@@ -259,6 +259,57 @@ def test_mixed_small_and_large_jobs_hammer_the_pool(rng, restore_threads):
 
 
 # ----------------------------------------------------------------------------
+# the caller's floating-point environment reaches the pool's threads
+
+
+@needs_torch
+@pytest.mark.parametrize("op", ["resample", "voxelize", "fuse"])
+def test_flush_denormal_applies_to_every_pool_thread(op, rng, restore_threads):
+    """torch.set_flush_denormal(True) (robocache's own CPU demo sets it) turns on flush-to-zero /
+    denormals-are-zero in the calling thread only. The pool's workers must compute in the
+    caller's environment, or the blocks they run come out unflushed: results then depended on
+    the thread count and on which thread took which block (seen: rows 8-15 of 64 unflushed with
+    2 threads). Bits are compared as integers: a float compare would itself be flushed."""
+    B, S, T = 64, 50, 4000
+    if op == "voxelize":
+        pts = rng.uniform(0, 4, (200_000, 3)).astype(np.float32)
+        f = (rng.standard_normal((200_000, 2)) * 1e-39).astype(np.float32)
+        coff = np.linspace(0, 200_000, 17).astype(np.int64)
+        call = lambda: robocache.voxelize(pts, features=f, offsets=coff, grid=(8, 8, 8), voxel_size=0.5,  # noqa: E731
+                                          origin=(0, 0, 0), mode="mean", deterministic=False)
+    else:
+        t = np.sort(rng.uniform(0, 1, (B, S)), 1)
+        x = rng.uniform(0, 1, (B, T))
+        v = (rng.standard_normal((B, S, 4)) * 1e-39).astype(np.float32)  # float32 subnormals
+        if op == "resample":
+            call = lambda: robocache.resample(v, t, x)  # noqa: E731
+        else:
+            call = lambda: robocache.fuse([(v, t), (v[:, :, :2], t)], x)  # noqa: E731
+
+    def bits():
+        r = call()
+        return np.ascontiguousarray(r).view(np.uint32 if r.dtype == np.float32 else np.uint8).copy()
+
+    robocache.set_num_threads(4)
+    call()  # the pool's workers exist before the environment changes (as in a training script)
+    plain = bits()
+    flushed = {}
+    try:
+        torch.set_flush_denormal(True)
+        for n in (1, 4, 2):
+            robocache.set_num_threads(n)
+            flushed[n] = bits()
+    finally:
+        torch.set_flush_denormal(False)
+    assert not np.array_equal(flushed[1], plain), "flush-to-zero changed nothing: the test tests nothing"
+    for n in (4, 2):
+        assert np.array_equal(flushed[n], flushed[1]), (f"{op}: with denormals flushed in the caller, {n} threads "
+                                                        f"differ from 1 in {int((flushed[n] != flushed[1]).sum())} "
+                                                        "elements: a pool thread ignored the caller's FP mode")
+    assert np.array_equal(bits(), plain), "the environment did not come back"
+
+
+# ----------------------------------------------------------------------------
 # the GIL is released around the kernels
 
 

@@ -4,9 +4,13 @@
  * a 16-thread call went from ~0.4 ms to ~4 ms), which a loader calling every batch cannot pay.
  * One job runs at a time; a caller that finds the pool busy runs its job on its own thread.
  * After fork() the child starts with an empty pool (its threads did not survive the fork).
+ * Workers run each job in the caller's floating-point environment (rounding, and on x86 the
+ * MXCSR flush-to-zero / denormals-are-zero bits that torch.set_flush_denormal sets per thread):
+ * otherwise a block's result would depend on which thread ran it.
  */
 #include "parallel.h"
 
+#include <fenv.h>
 #include <pthread.h>
 #include <stdint.h>
 
@@ -25,11 +29,12 @@ typedef struct {
     int64_t next_block;        /* next block to hand out */
     int active;                /* workers with id < active take part in the current job */
     int running;               /* of those, still on the current job */
+    fenv_t env;                /* the caller's floating-point environment for this job */
 } rc_pool;
 
 static rc_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
                        PTHREAD_COND_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL,
-                       0, 0, 0, 0, 0};
+                       0, 0, 0, 0, 0, {0}};
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 /* generation when each worker was started: a job posted while it was still starting up must
  * count as new to it (reading pool.generation on its first lock would miss that job) */
@@ -57,6 +62,7 @@ static void *worker(void *arg) {
         while (pool.generation == seen) pthread_cond_wait(&pool.wake, &pool.lock);
         seen = pool.generation;
         if (id >= pool.active) continue; /* the job asked for fewer threads */
+        fesetenv(&pool.env);
         drain();
         if (--pool.running == 0) pthread_cond_signal(&pool.done);
     }
@@ -113,6 +119,7 @@ void rc_parallel_for(int64_t n, int64_t grain, int num_threads, rc_range_fn fn, 
     pool.n = n;
     pool.n_blocks = (helpers + 1) * 4 < n ? (int64_t)(helpers + 1) * 4 : n;
     pool.next_block = 0;
+    fegetenv(&pool.env);
     pool.active = pool.running = helpers;
     pool.generation++;
     pthread_cond_broadcast(&pool.wake);

@@ -3,7 +3,8 @@
 ROBOCACHE_CUDA=0 forces a CPU-only build, =1 requires CUDA (error if nvcc is missing); unset:
 CUDA when nvcc is found (CUDA_HOME, PATH, /usr/local/cuda). ROBOCACHE_CUDA_ARCHS="80;90"
 overrides the compute capabilities (cubins for each, PTX for the newest).
-ROBOCACHE_SANITIZE=1 builds the C sources with ASan + UBSan.
+ROBOCACHE_SANITIZE=1 builds the C sources with ASan + UBSan (fatal, float-cast-overflow included);
+load it with LD_PRELOAD of gcc's libasan/libubsan (see .ci/run and docs/reliability.md).
 """
 import os
 import re
@@ -76,8 +77,12 @@ class BuildExt(build_ext):
         ext = self.extensions[0]
         sanitize = os.environ.get("ROBOCACHE_SANITIZE") == "1"
         if sanitize:
-            ext.extra_compile_args += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
-            ext.extra_link_args += ["-fsanitize=address,undefined"]
+            # every UBSan finding is fatal (no recovery); -fno-wrapv undoes CPython's -fwrapv so
+            # signed overflow is reported; float-cast-overflow is not part of "undefined" in gcc
+            ext.extra_compile_args += ["-fsanitize=address,undefined,float-cast-overflow",
+                                       "-fno-sanitize-recover=all", "-fno-wrapv",
+                                       "-fno-omit-frame-pointer", "-O1", "-g"]
+            ext.extra_link_args += ["-fsanitize=address,undefined,float-cast-overflow"]
         if nvcc is not None:
             archs = [a.strip() for a in os.environ.get("ROBOCACHE_CUDA_ARCHS", DEFAULT_ARCHS).replace(",", ";").split(";") if a.strip()]
             lib_dir = cuda_lib_dir(nvcc)
@@ -109,12 +114,15 @@ class BuildExt(build_ext):
 
 
 c_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.c"))
+# a changed header rebuilds every C source (build_ext otherwise compares .c files only)
+c_headers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.h"))
 setup(
     version=VERSION,
     ext_modules=[
         Extension(
             "robocache._C",
             sources=c_sources,
+            depends=c_headers,
             include_dirs=["csrc"],
             define_macros=[("RC_VERSION", f'"{VERSION}"')],
             extra_compile_args=["-std=c11", "-O3", "-ffp-contract=off", "-fvisibility=hidden",

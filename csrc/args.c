@@ -248,7 +248,7 @@ int rc_out_arg(rc_call *c, PyObject **out_obj, rc_tensor *out, PyObject *arg, Py
                int ndim, const int64_t *shape, rc_dtype dt) {
     if (rc_is_none(arg)) return rc_alloc_array(c, out_obj, out, like, ndim, shape, dt);
     if (rc_import_array(c, out, arg, "out", 1) != 0 || rc_expect_dtype(out, dt, "out") ||
-        rc_expect_out(out, ndim, shape))
+        rc_expect_out(out, ndim, shape) || rc_expect_no_alias(c, "out"))
         return -1;
     *out_obj = arg;
     Py_INCREF(arg);

@@ -73,11 +73,29 @@ int rc_is_contiguous(const rc_tensor *v) {
     return 1;
 }
 
-/* Fills *v from a DLTensor (copying shape/strides: the producer's arrays may not outlive it). */
-static int view_from_dl(rc_tensor *v, const DLTensor *dl, const char *name) {
-    if (dl->ndim < 0 || dl->ndim > RC_MAX_DIMS) {
+/* Bytes [lo, hi) a view can reach. */
+typedef struct {
+    uintptr_t lo, hi;
+} rc_span;
+
+/* Fills *v from a DLTensor (copying shape/strides: the producer's arrays may not outlive it) and
+ * *span with the bytes it reaches. Whatever the producer wrote, nothing here overflows, and a
+ * view that passes cannot make a kernel's index arithmetic overflow either: the element count
+ * and every stride walk fit in int64 bytes, and the reachable range fits in the address space.
+ * (Whether that memory exists is the producer's promise; robocache cannot check it.) */
+static int view_from_dl(rc_tensor *v, rc_span *span, const DLTensor *dl, const char *name) {
+    if (dl->ndim < 0) {
+        PyErr_Format(PyExc_BufferError, "%s: the DLPack tensor has ndim %d", name, (int)dl->ndim);
+        return -1;
+    }
+    if (dl->ndim > RC_MAX_DIMS) {
         PyErr_Format(PyExc_ValueError, "%s: %d dimensions; robocache handles at most %d", name,
                      (int)dl->ndim, RC_MAX_DIMS);
+        return -1;
+    }
+    if (dl->ndim > 0 && !dl->shape) {
+        PyErr_Format(PyExc_BufferError, "%s: the DLPack tensor has %d dims but no shape array",
+                     name, (int)dl->ndim);
         return -1;
     }
     if (dl->dtype.lanes != 1) {
@@ -110,14 +128,82 @@ static int view_from_dl(rc_tensor *v, const DLTensor *dl, const char *name) {
         return -1;
     }
     v->ndim = dl->ndim;
+    int empty = 0;
+    for (int d = 0; d < dl->ndim; d++) {
+        if (dl->shape[d] < 0) {
+            PyErr_Format(PyExc_BufferError, "%s: the DLPack shape has a negative size %lld (dim %d)",
+                         name, (long long)dl->shape[d], d);
+            return -1;
+        }
+        empty |= dl->shape[d] == 0;
+        v->shape[d] = dl->shape[d];
+    }
+    const int64_t es = rc_dtype_size(v->dtype);
+    int64_t count = 1, lo = 0, hi = 0; /* elements; offsets of the lowest/highest element */
+    int bad = 0;
+    for (int d = 0; d < dl->ndim && !empty; d++)
+        bad |= __builtin_mul_overflow(count, dl->shape[d], &count);
+    if (bad || (!empty && count > INT64_MAX / es)) {
+        char s[160];
+        PyErr_Format(PyExc_ValueError, "%s: shape %s has more elements than robocache can index",
+                     name, rc_dims_str(s, sizeof s, v->ndim, v->shape));
+        return -1;
+    }
     int64_t expect = 1;
     for (int d = dl->ndim - 1; d >= 0; d--) {
-        v->shape[d] = dl->shape[d];
         v->strides[d] = dl->strides ? dl->strides[d] : expect;
-        expect *= dl->shape[d];
+        if (!empty) expect *= dl->shape[d]; /* <= count: no overflow */
+        if (empty || dl->shape[d] < 2) continue;
+        int64_t walk; /* (n - 1) * stride elements */
+        if (__builtin_mul_overflow(dl->shape[d] - 1, v->strides[d], &walk) ||
+            __builtin_add_overflow(walk > 0 ? hi : lo, walk, walk > 0 ? &hi : &lo))
+            bad = 1;
     }
-    v->data = (char *)dl->data + dl->byte_offset;
+    /* hi - lo + 1 elements of es bytes each must fit int64 */
+    int64_t reach;
+    if (!bad && !empty)
+        bad = __builtin_sub_overflow(hi, lo, &reach) || reach > INT64_MAX / es - 1;
+    if (bad) {
+        char s1[160], s2[160];
+        PyErr_Format(PyExc_ValueError,
+                     "%s: strides %s with shape %s reach beyond 2^63 bytes", name,
+                     rc_dims_str(s1, sizeof s1, v->ndim, v->strides),
+                     rc_dims_str(s2, sizeof s2, v->ndim, v->shape));
+        return -1;
+    }
+    if (dl->byte_offset > (uint64_t)INT64_MAX ||
+        (uintptr_t)dl->data > UINTPTR_MAX - (uintptr_t)dl->byte_offset) {
+        PyErr_Format(PyExc_BufferError, "%s: the DLPack byte_offset %llu is past the address space",
+                     name, (unsigned long long)dl->byte_offset);
+        return -1;
+    }
+    const uintptr_t first = (uintptr_t)dl->data + (uintptr_t)dl->byte_offset;
+    span->lo = span->hi = first;
+    if (!empty) {
+        if (!dl->data) {
+            PyErr_Format(PyExc_BufferError, "%s: the DLPack data pointer is NULL for %lld elements",
+                         name, (long long)count);
+            return -1;
+        }
+        /* the lowest and one past the highest byte stay inside the address space */
+        const uintptr_t below = (uintptr_t)(-lo) * (uintptr_t)es, above = (uintptr_t)(hi + 1) * (uintptr_t)es;
+        if (first < below || first - below == 0 || UINTPTR_MAX - first < above) {
+            PyErr_Format(PyExc_BufferError,
+                         "%s: the DLPack strides reach outside the address space from %p", name,
+                         (void *)first);
+            return -1;
+        }
+        span->lo = first - below;
+        span->hi = first + above;
+    }
+    v->data = (void *)first;
     return 0;
+}
+
+/* 1 when the first element of a non-empty view is not aligned to its size (numpy can export
+ * such arrays: np.frombuffer(..., offset=1)); the kernels load whole elements. */
+static int misaligned(const rc_tensor *v, const rc_span *span) {
+    return span->hi != span->lo && (uintptr_t)v->data % (uintptr_t)rc_dtype_size(v->dtype) != 0;
 }
 
 /* ---- the exchange API, looked up once per type ------------------------------------------- */
@@ -133,8 +219,10 @@ static const rc_api_entry *type_entry(rc_state *st, PyTypeObject *tp) {
     if (cap && PyCapsule_IsValid(cap, "dlpack_exchange_api")) {
         const DLPackExchangeAPIHeader *h =
             (const DLPackExchangeAPIHeader *)PyCapsule_GetPointer(cap, "dlpack_exchange_api");
-        /* walk back to a 1.x table that has every function this file calls (1.2+) */
-        while (h && !(h->version.major == 1 && h->version.minor >= 2)) h = h->prev_api;
+        /* walk back to a 1.x table that has every function this file calls (1.2+); a few
+         * steps at most, so a table whose prev_api loops cannot hang the call */
+        for (int steps = 0; h && !(h->version.major == 1 && h->version.minor >= 2); steps++)
+            h = steps < 8 ? h->prev_api : NULL;
         api = (const DLPackExchangeAPI *)h;
     }
     Py_XDECREF(cap); /* the table itself lives as long as the process (spec) */
@@ -168,7 +256,8 @@ void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg) {
     c->stream_arg = (stream_arg == Py_None) ? NULL : stream_arg;
 }
 
-static int record(rc_call *c, PyObject *obj, void *managed, int versioned) {
+static int record(rc_call *c, PyObject *obj, void *managed, int versioned, const char *name,
+                  const rc_span *span) {
     if (c->n_imports == RC_MAX_IMPORTS) {
         PyErr_SetString(PyExc_RuntimeError, "robocache: too many arrays in one call");
         return -1;
@@ -178,7 +267,62 @@ static int record(rc_call *c, PyObject *obj, void *managed, int versioned) {
     im->obj = obj;
     im->managed = managed;
     im->versioned = versioned;
+    im->name = name;
+    im->lo = span->lo;
+    im->hi = span->hi;
     return 0;
+}
+
+int rc_expect_no_alias(rc_call *c, const char *name) {
+    if (c->n_imports < 1) return 0;
+    const rc_import *out = &c->imports[c->n_imports - 1];
+    if (out->lo == out->hi) return 0;
+    for (int i = 0; i < c->n_imports - 1; i++) {
+        const rc_import *in = &c->imports[i];
+        if (in->lo < out->hi && out->lo < in->hi) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s overlaps the memory of %s; robocache reads its inputs while it "
+                         "writes %s, so it cannot compute in place (pass a separate array)",
+                         name, in->name, name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The pending exception, raised by a producer's DLPack method `what` while importing `name`,
+ * becomes BufferError("<name>: <what> raised <type>: <first line>") with the original as its
+ * __cause__. MemoryError and non-Exception exceptions (KeyboardInterrupt) pass unchanged. */
+static void blame_producer(const char *name, const char *what) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value) PyException_SetTraceback(value, tb);
+    PyObject *msg = value ? PyObject_Str(value) : NULL;
+    const char *text = msg ? PyUnicode_AsUTF8(msg) : NULL;
+    if (!text) {
+        PyErr_Clear();
+        text = "";
+    }
+    int len = (int)strcspn(text, "\n"); /* torch appends a C++ backtrace after the first line */
+    PyErr_Format(PyExc_BufferError, "%s: %s raised %s: %.*s", name, what,
+                 ((PyTypeObject *)type)->tp_name, len < 300 ? len : 300, text);
+    Py_XDECREF(msg);
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    if (v2 && value) {
+        PyException_SetContext(v2, value); /* steals one reference */
+        Py_INCREF(value);
+        PyException_SetCause(v2, value);   /* steals the other */
+        value = NULL;
+    }
+    PyErr_Restore(t2, v2, tb2);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
 }
 
 void rc_call_release(rc_call *c) {
@@ -321,20 +465,28 @@ static int check_same(rc_call *c, const rc_tensor *v, PyObject *obj, const char 
 
 static int dlpack_device(int *type, int *id, PyObject *obj, const char *name) {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
-    if (!dev) return -1;
-    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2;
-    if (ok) {
-        *type = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-        *id = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
-        ok = !PyErr_Occurred();
-    }
-    Py_DECREF(dev);
-    if (!ok) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_BufferError, "%s.__dlpack_device__() did not return (type, id)", name);
+    if (!dev) {
+        blame_producer(name, "__dlpack_device__()");
         return -1;
     }
-    return 0;
+    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 &&
+             PyLong_Check(PyTuple_GET_ITEM(dev, 0)) && PyLong_Check(PyTuple_GET_ITEM(dev, 1));
+    if (ok) {
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+        long i = PyLong_AsLong(PyTuple_GET_ITEM(dev, 1));
+        ok = !PyErr_Occurred() && t >= 0 && t <= INT32_MAX && i >= 0 && i <= INT32_MAX;
+        *type = (int)t;
+        *id = (int)i;
+    }
+    if (!ok) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_BufferError,
+                     "%s.__dlpack_device__() returned %R, not a (device_type, device_id) pair of "
+                     "ints >= 0",
+                     name, dev);
+    }
+    Py_DECREF(dev);
+    return ok ? 0 : -1;
 }
 
 /* Calls obj.__dlpack__(stream=..., max_version=(1, 0)); an older producer that rejects
@@ -364,38 +516,45 @@ done:
     return cap;
 }
 
-static int import_capsule(rc_call *c, rc_tensor *view, PyObject *obj, const char *name,
-                          int writable) {
+/* Imports obj through obj.__dlpack__(): the spec's consumer duties (rename the capsule to
+ * used_*, call the deleter exactly once, read nothing past the version unless its major is 1). */
+static int import_capsule(rc_call *c, rc_tensor *view, rc_span *span, PyObject *obj,
+                          const char *name, int writable) {
     int dev_type, dev_id;
     if (dlpack_device(&dev_type, &dev_id, obj, name) != 0) return -1;
     PyObject *stream = NULL;
     if (dev_type == kDLCUDA || dev_type == kDLCUDAManaged) {
+#ifndef RC_WITH_CUDA
+        /* no stream to ask for, and no kernel to run: say so before calling the producer */
+        rc_no_cuda_error(c->st, name, dev_id);
+        return -1;
+#endif
         if (resolve_stream(c, dev_id, obj) != 0) return -1;
         /* the spec reserves 0; the legacy default stream is 1 */
         stream = c->stream ? PyLong_FromVoidPtr(c->stream) : PyLong_FromLong(1);
         if (!stream) return -1;
+    } else if (dev_type != kDLCPU && dev_type != kDLCUDAHost) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: arrays on DLPack device type %d are not supported (CPU and CUDA only)",
+                     name, dev_type);
+        return -1;
     }
     PyObject *cap = call_dlpack(obj, stream);
     Py_XDECREF(stream);
     if (!cap) {
-        /* the producer's message rarely says which argument it was about */
-        if (PyErr_ExceptionMatches(PyExc_BufferError)) {
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_Format(PyExc_BufferError, "%s: cannot be exported through DLPack: %S", name,
-                         value ? value : Py_None);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
-        }
+        blame_producer(name, "__dlpack__()");
         return -1;
     }
 
-    int rc = -1;
-    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+    /* Until renamed, the capsule's destructor (the producer's) still owns the managed tensor:
+     * every exit before the rename leaves it to that destructor. After the rename we owe the
+     * deleter: record() takes that duty, or we pay it here when record() fails. */
+    int rc = -1, versioned = PyCapsule_IsValid(cap, "dltensor_versioned");
+    void *managed = NULL;
+    const DLTensor *dl = NULL;
+    if (versioned) {
         DLManagedTensorVersioned *mt =
             (DLManagedTensorVersioned *)PyCapsule_GetPointer(cap, "dltensor_versioned");
-        /* Until renamed, the capsule's destructor still owns mt: every early exit frees it. */
         if (mt->version.major != DLPACK_MAJOR_VERSION) {
             PyErr_Format(PyExc_BufferError,
                          "%s: DLPack version %u.%u is not supported (robocache reads 1.x)", name,
@@ -406,36 +565,75 @@ static int import_capsule(rc_call *c, rc_tensor *view, PyObject *obj, const char
             PyErr_Format(PyExc_ValueError, "%s is read-only; robocache writes into it", name);
             goto done;
         }
-        if (view_from_dl(view, &mt->dl_tensor, name) != 0) goto done;
-        if (PyCapsule_SetName(cap, "used_dltensor_versioned") != 0) goto done;
-        rc = record(c, obj, mt, 1);
-        if (rc != 0 && mt->deleter) mt->deleter(mt);
+        managed = mt;
+        dl = &mt->dl_tensor;
     } else if (PyCapsule_IsValid(cap, "dltensor")) {
         DLManagedTensor *mt = (DLManagedTensor *)PyCapsule_GetPointer(cap, "dltensor");
-        if (view_from_dl(view, &mt->dl_tensor, name) != 0) goto done;
-        if (PyCapsule_SetName(cap, "used_dltensor") != 0) goto done;
-        rc = record(c, obj, mt, 0);
-        if (rc != 0 && mt->deleter) mt->deleter(mt);
+        managed = mt;
+        dl = &mt->dl_tensor;
     } else {
+        const char *cname = PyCapsule_CheckExact(cap) ? PyCapsule_GetName(cap) : NULL;
+        PyErr_Clear();
+        if (PyCapsule_CheckExact(cap))
+            PyErr_Format(PyExc_BufferError,
+                         "%s.__dlpack__() returned a capsule named %s%s%s, not an unused "
+                         "DLPack capsule (\"dltensor_versioned\" or \"dltensor\")",
+                         name, cname ? "\"" : "", cname ? cname : "NULL", cname ? "\"" : "");
+        else
+            PyErr_Format(PyExc_BufferError,
+                         "%s.__dlpack__() returned %.100s, not a DLPack capsule", name,
+                         Py_TYPE(cap)->tp_name);
+        goto done;
+    }
+    if (view_from_dl(view, span, dl, name) != 0) goto done;
+    if ((int)dl->device.device_type != dev_type ||
+        ((dev_type == kDLCUDA || dev_type == kDLCUDAManaged) && dl->device.device_id != dev_id)) {
         PyErr_Format(PyExc_BufferError,
-                     "%s.__dlpack__() returned %.100s, not an unused DLPack capsule", name,
-                     Py_TYPE(cap)->tp_name);
+                     "%s: __dlpack_device__() said (%d, %d) but __dlpack__() exported a tensor "
+                     "on (%d, %d)",
+                     name, dev_type, dev_id, (int)dl->device.device_type,
+                     (int)dl->device.device_id);
+        goto done;
+    }
+    if (PyCapsule_SetName(cap, versioned ? "used_dltensor_versioned" : "used_dltensor") != 0)
+        goto done;
+    rc = record(c, obj, managed, versioned, name, span);
+    if (rc != 0) { /* renamed: nobody else will call the deleter */
+        if (versioned) {
+            DLManagedTensorVersioned *mt = (DLManagedTensorVersioned *)managed;
+            if (mt->deleter) mt->deleter(mt);
+        } else {
+            DLManagedTensor *mt = (DLManagedTensor *)managed;
+            if (mt->deleter) mt->deleter(mt);
+        }
     }
 done:
     Py_DECREF(cap);
     return rc;
 }
 
-int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name, int writable) {
+enum { IMPORT_WRITABLE = 1, IMPORT_OURS = 2 };
+
+static int import_copy(rc_call *c, rc_tensor *view, PyObject *obj, const char *name);
+
+/* flags: IMPORT_WRITABLE (out=), IMPORT_OURS (robocache allocated or copied it: it may come
+ * from _fallback's framework, numpy, rather than the caller's when that one has no allocator). */
+static int import_any(rc_call *c, rc_tensor *view, PyObject *obj, const char *name, int flags) {
     const DLPackExchangeAPI *api = exchange_api(c->st, Py_TYPE(obj));
+    rc_span span;
     if (api && api->dltensor_from_py_object_no_sync) {
         DLTensor dl;
-        if (api->dltensor_from_py_object_no_sync(obj, &dl) != 0) return -1;
-        if (view_from_dl(view, &dl, name) != 0) return -1;
+        if (api->dltensor_from_py_object_no_sync(obj, &dl) != 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_BufferError, "%s: the DLPack exchange API failed", name);
+            blame_producer(name, "the DLPack exchange API");
+            return -1;
+        }
+        if (view_from_dl(view, &span, &dl, name) != 0) return -1;
         if (!c->api) c->api = api;
-        if (record(c, obj, NULL, 0) != 0) return -1;
+        if (record(c, obj, NULL, 0, name, &span) != 0) return -1;
     } else if (PyObject_HasAttrString(obj, "__dlpack__")) {
-        if (import_capsule(c, view, obj, name, writable) != 0) return -1;
+        if (import_capsule(c, view, &span, obj, name, flags & IMPORT_WRITABLE) != 0) return -1;
     } else {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected an array supporting DLPack (torch, numpy, cupy, jax), got "
@@ -443,17 +641,40 @@ int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name
                      name, Py_TYPE(obj)->tp_name);
         return -1;
     }
+    if (misaligned(view, &span)) {
+        if ((flags & (IMPORT_WRITABLE | IMPORT_OURS)) == 0) {
+            if (check_same(c, view, obj, name) != 0) return -1;
+            return import_copy(c, view, obj, name); /* an aligned copy, made once */
+        }
+        PyErr_Format(PyExc_BufferError,
+                     "%s: its data at %p is not aligned to its %d-byte elements%s", name,
+                     view->data, rc_dtype_size(view->dtype),
+                     (flags & IMPORT_WRITABLE) ? "; robocache writes whole elements" : "");
+        return -1;
+    }
+    if (flags & IMPORT_OURS) /* same device, whatever the framework */
+        return view->device_type == c->device_type && view->device_id == c->device_id
+                   ? 0 : check_same(c, view, obj, name);
     return check_same(c, view, obj, name);
 }
 
-int rc_import_contiguous(rc_call *c, rc_tensor *view, PyObject *obj, const char *name) {
+int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name, int writable) {
+    return import_any(c, view, obj, name, writable ? IMPORT_WRITABLE : 0);
+}
+
+/* A C-contiguous (and aligned) copy of obj made by its own framework, imported in its place. */
+static int import_copy(rc_call *c, rc_tensor *view, PyObject *obj, const char *name) {
     PyObject *fb = fallback(c->st);
     if (!fb) return -1;
     PyObject *copy = PyObject_CallMethod(fb, "contiguous", "O", obj);
     if (!copy) return -1;
-    int rc = rc_import_array(c, view, copy, name, 0);
+    int rc = import_any(c, view, copy, name, IMPORT_OURS);
     Py_DECREF(copy); /* the import record keeps it alive */
     return rc;
+}
+
+int rc_import_contiguous(rc_call *c, rc_tensor *view, PyObject *obj, const char *name) {
+    return import_copy(c, view, obj, name);
 }
 
 /* ---- allocation --------------------------------------------------------------------------- */
@@ -493,9 +714,11 @@ static PyObject *torch_new_empty(rc_call *c, PyObject *like, int ndim, const int
     /* the dtype keyword costs ~0.3 us: leave it out when like already has the dtype */
     DLTensor dl;
     rc_dtype like_dtype = RC_NUM_DTYPES;
-    if (api && api->dltensor_from_py_object_no_sync(like, &dl) == 0) {
+    if (api && api->dltensor_from_py_object_no_sync &&
+        api->dltensor_from_py_object_no_sync(like, &dl) == 0) {
         rc_tensor v;
-        if (view_from_dl(&v, &dl, "out") == 0) like_dtype = v.dtype;
+        rc_span span;
+        if (view_from_dl(&v, &span, &dl, "out") == 0) like_dtype = v.dtype;
     }
     PyErr_Clear();
     if (like_dtype != dtype && !st->torch_dtypes[dtype]) {
@@ -528,7 +751,7 @@ int rc_alloc_array(rc_call *c, PyObject **out_obj, rc_tensor *view, PyObject *li
     if (entry->is_torch) {
         PyObject *arr = torch_new_empty(c, like, ndim, shape, dtype, api);
         if (!arr) return -1;
-        if (rc_import_array(c, view, arr, "out", 1) != 0) {
+        if (import_any(c, view, arr, "out", IMPORT_WRITABLE | IMPORT_OURS) != 0) {
             Py_DECREF(arr);
             return -1;
         }
@@ -551,7 +774,8 @@ int rc_alloc_array(rc_call *c, PyObject **out_obj, rc_tensor *view, PyObject *li
                              "could not allocate the output: %s: %s", err.kind, err.message);
             return -1;
         }
-        if (view_from_dl(view, &mt->dl_tensor, "out") != 0) {
+        rc_span span;
+        if (view_from_dl(view, &span, &mt->dl_tensor, "out") != 0) {
             if (mt->deleter) mt->deleter(mt);
             return -1;
         }
@@ -575,7 +799,7 @@ int rc_alloc_array(rc_call *c, PyObject **out_obj, rc_tensor *view, PyObject *li
     PyObject *arr = PyObject_CallMethod(fb, "empty", "OOs", like, shp, rc_dtype_name(dtype));
     Py_DECREF(shp);
     if (!arr) return -1;
-    if (rc_import_array(c, view, arr, "out", 1) != 0) {
+    if (import_any(c, view, arr, "out", IMPORT_WRITABLE | IMPORT_OURS) != 0) {
         Py_DECREF(arr);
         return -1;
     }

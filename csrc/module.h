@@ -45,6 +45,8 @@ typedef struct {
     PyObject *obj;      /* new ref: keeps the array (or its contiguous copy) alive */
     void *managed;      /* DLManagedTensor[Versioned]* whose deleter we owe, or NULL */
     int versioned;
+    const char *name;   /* argument name (outlives the call), for the aliasing check */
+    uintptr_t lo, hi;   /* bytes [lo, hi) its view can reach; lo == hi when empty */
 } rc_import;
 
 typedef struct {
@@ -77,9 +79,15 @@ void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg);
 void rc_call_release(rc_call *c);
 
 /* Imports obj (any DLPack producer) as a view valid until rc_call_release. `name` is the
- * argument name used in error messages. writable: reject read-only arrays (for out=).
- * Returns 0, or -1 with an exception set. */
+ * argument name used in error messages (it must outlive the call). writable: reject read-only
+ * and misaligned arrays (for out=); an input whose data is not aligned to its element size is
+ * replaced by an aligned copy. Every DLPack problem raises BufferError naming `name` (the
+ * producer's own exception, if any, is its __cause__). Returns 0, or -1 with an exception set. */
 int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name, int writable);
+
+/* out= (the last array imported) shares no byte with any other array of the call, else
+ * ValueError naming both: the kernels read their inputs while writing out. */
+int rc_expect_no_alias(rc_call *c, const char *name);
 
 /* Allocates a C-contiguous array in the framework and on the device of `like` (an argument
  * already imported): through the exchange API's allocator when the type offers it, else

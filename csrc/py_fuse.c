@@ -420,7 +420,7 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
     }
     rc_status status = RC_OK;
     if (!on_cuda) {
-        if (fa.batch * fa.targets > 0) {
+        if (fa.batch * fa.targets > 0 && (fa.out_features > 0 || fa.is_pad)) {
             int nt = st->num_threads;
             Py_BEGIN_ALLOW_THREADS
             status = rc_fuse_cpu(&fa, nt);
@@ -430,7 +430,7 @@ PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
 #ifdef RC_WITH_CUDA
         void *stream;
         if (rc_call_stream(&call, &stream) != 0) goto fail;
-        if (fa.batch * fa.targets > 0) {
+        if (fa.batch * fa.targets > 0 && (fa.out_features > 0 || fa.is_pad)) {
             Py_BEGIN_ALLOW_THREADS
             status = rc_fuse_cuda(&fa, call.device_id, stream);
             Py_END_ALLOW_THREADS

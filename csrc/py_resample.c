@@ -230,7 +230,9 @@ PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nar
         goto fail;
     rc_status status = RC_OK;
     if (!on_cuda) {
-        if (ra.batch * ra.targets > 0) {
+        /* nothing to write: no features and no mask (a huge broadcast new_times would
+         * otherwise search for nothing) */
+        if (ra.batch * ra.targets > 0 && (ra.features > 0 || ra.is_pad)) {
             int nt = st->num_threads;
             Py_BEGIN_ALLOW_THREADS
             status = rc_resample_cpu(&ra, nt);
@@ -240,7 +242,7 @@ PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nar
 #ifdef RC_WITH_CUDA
         void *stream;
         if (rc_call_stream(&call, &stream) != 0) goto fail;
-        if (ra.batch * ra.targets > 0) {
+        if (ra.batch * ra.targets > 0 && (ra.features > 0 || ra.is_pad)) {
             Py_BEGIN_ALLOW_THREADS
             status = rc_resample_cuda(&ra, call.device_id, stream);
             Py_END_ALLOW_THREADS

@@ -436,6 +436,14 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
                      (long long)slots);
         goto fail;
     }
+    const int64_t cells = feat_mode ? mul_or_neg(slots, va.channels) : 0;
+    if (cells < 0 || cells > ((int64_t)1 << 48)) { /* keeps the workspace size in int64 */
+        PyErr_Format(PyExc_ValueError,
+                     "features: %lld points x %lld channels need a workspace far beyond any "
+                     "memory (split the batch or the channels)",
+                     (long long)slots, (long long)va.channels);
+        goto fail;
+    }
     const int64_t ws_bytes = rc_voxelize_workspace_size(&va);
     const int on_cuda = call.device_type == RC_DEVICE_CUDA;
     if (!on_cuda && out_bytes + ws_bytes > physical_memory()) {
@@ -458,7 +466,8 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
                          rc_dtype_name(out.dtype));
             goto fail;
         }
-        if (rc_expect_out(&out, out_ndim, out_shape)) goto fail;
+        if (rc_expect_out(&out, out_ndim, out_shape) || rc_expect_no_alias(&call, "out"))
+            goto fail;
         out_obj = a_[A_OUT];
         Py_INCREF(out_obj);
     } else if (allocate_named(&call, &out_obj, &out, a_[A_POINTS], out_ndim, out_shape, out_dt,

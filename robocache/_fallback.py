@@ -35,15 +35,19 @@ def empty(like, shape: tuple, dtype: str):
 
 
 def contiguous(obj):
-    """A C-contiguous copy made by obj's own framework."""
+    """A C-contiguous, element-aligned copy made by obj's own framework (numpy for frameworks
+    robocache does not know). Called for strides that do not flatten and for misaligned data."""
     fw = _framework(obj)
     if fw == "torch":
-        return obj.contiguous()
+        import torch
+
+        return obj.clone(memory_format=torch.contiguous_format)
     if fw == "cupy":
         import cupy
 
-        return cupy.ascontiguousarray(obj)
-    return np.ascontiguousarray(np.from_dlpack(obj))
+        return cupy.array(obj, order="C", copy=True)
+    # np.ascontiguousarray would hand back a misaligned but contiguous array as it is
+    return np.array(np.from_dlpack(obj), order="C", copy=True)
 
 
 def current_stream(obj, device_id: int) -> int:

@@ -95,6 +95,7 @@ static inline void slerp_row(char *out, const char *r0, const char *r1, double w
 static inline void write_target(char *o, const rc_locate *loc, const char *values, int64_t v0,
                                 int64_t stride_s, int64_t D, int64_t sd, rc_mode mode,
                                 rc_dtype dt, int es) {
+    if (D == 0) return; /* zero features: o and values may be NULL (torch's empty storage) */
     if (loc->i0 < 0) {
         memset(o, 0, (size_t)(D * es));
         return;

@@ -206,7 +206,7 @@ static void clouds_range(void *ctx, int64_t begin, int64_t end) {
         cloud_range(a, b, &r0, &r1, &s0);
         if (a->mode == RC_VOX_OCCUPANCY || a->mode == RC_VOX_COUNT)
             kept = scatter_direct(j, b, r0, r1);
-        else if (a->channels > 0)
+        else if (a->channels > 0 && r1 > r0) /* empty: the workspace may be NULL */
             kept = scatter_slots(j, b, r0, r1, s0);
         else /* F == 0: nothing to write, but dropped still counts */
             for (int64_t r = r0; r < r1; r++) kept += point_voxel(j, b, r) >= 0;

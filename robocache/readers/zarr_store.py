@@ -31,6 +31,23 @@ def _v2_meta(root, key):
         raise ReaderError(f"{p}: not valid JSON ({e})") from e
 
 
+def _metadata_error(path, e) -> ReaderError:
+    """zarr raises a bare JSONDecodeError/UnicodeDecodeError for a damaged .zarray/.zgroup that
+    names no file: find the metadata file that does not parse and name it (else the store)."""
+    if os.path.isdir(path):
+        for dirpath, dirnames, names in os.walk(path):
+            dirnames.sort()
+            for n in sorted(names):
+                if n in (".zarray", ".zgroup", ".zattrs", ".zmetadata", "zarr.json"):
+                    p = os.path.join(dirpath, n)
+                    try:
+                        with open(p, "rb") as f:
+                            json.load(f)
+                    except (ValueError, OSError) as err:
+                        return ReaderError(f"{p}: not valid JSON ({err})")
+    return ReaderError(f"{path}: cannot read zarr metadata (corrupt?): {e}")
+
+
 def _chunk_files(root, key, meta):
     """Paths of the chunk files of a v2 array chunked along axis 0 only, in order."""
     shape, chunks = meta["shape"], meta["chunks"]
@@ -88,7 +105,10 @@ def _read_fast(root, key, meta, workers):
 
 def _read_zarr(group, key, path):
     """Through zarr; on a decode failure, find the bad chunk (along time) to name it."""
-    arr = group[key]
+    try:
+        arr = group[key]
+    except ValueError as e:
+        raise _metadata_error(path, e) from e
     name = os.path.join(path, "data", key)
     try:
         return arr[...]
@@ -117,12 +137,16 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
         else:  # a .zarr.zip
             store = zarr.storage.ZipStore(path, mode="r")
             root = zarr.open(store, mode="r")
+    except ValueError as e:  # a damaged root .zgroup
+        raise _metadata_error(path, e) from e
     except Exception as e:
         raise ReaderError(f"{path}: cannot open zarr store: {e}") from e
     try:
         ends_arr = root["meta/episode_ends"]
     except KeyError:
         raise ReaderError(f"{path}: no meta/episode_ends (not a diffusion-policy ReplayBuffer)") from None
+    except ValueError as e:
+        raise _metadata_error(path, e) from e
     try:
         ends = np.asarray(ends_arr[...], dtype=np.int64)
     except Exception as e:
@@ -133,9 +157,11 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
         raise ReaderError(f"{path}: meta/episode_ends is not non-decreasing from 0: {ends[:8]}...")
     try:
         data = root["data"]
+        available = sorted(data.array_keys()) if hasattr(data, "array_keys") else sorted(data.keys())
     except KeyError:
         raise ReaderError(f"{path}: no data/ group") from None
-    available = sorted(data.array_keys()) if hasattr(data, "array_keys") else sorted(data.keys())
+    except ValueError as e:
+        raise _metadata_error(path, e) from e
     if keys is None:
         keys = available
     else:

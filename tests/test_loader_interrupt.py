@@ -1,0 +1,236 @@
+"""A training loop stopped by KeyboardInterrupt mid-epoch resumes exactly from the loader's
+state_dict: the batches before the interrupt plus the resumed run equal a straight run, batch
+for batch, over two epochs, wherever the interrupt lands:
+
+- raised by the consumer after batch k (the loop body: a training step interrupted),
+- raised while the loader is making a batch (from collate_fn: Ctrl-C inside the loader's work),
+- a real SIGINT at a random moment of the run, delivered from another thread, landing wherever
+  the main thread happens to be (inside the resample/fuse kernels, the loader's Python, or the
+  loop body). The consumer counts what it received; state_dict must agree with that count.
+
+The `cuda` variants run the same on a GPU dataset (side-stream prefetch: the interrupted
+iterator holds a prepared batch that the resumed loader must make again).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import robocache  # noqa: E402
+from robocache import DataLoader, Window  # noqa: E402
+
+EPOCHS = 2
+DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def episodes(rng, E=6):
+    eps = []
+    for _ in range(E):
+        dur = rng.uniform(0.8, 1.6)
+        tj = np.sort(rng.uniform(0, dur, int(dur * 100)))
+        tc = np.arange(int(dur * 30)) / 30
+        ta = np.arange(int(dur * 50)) / 50
+        eps.append({"joints": (rng.standard_normal((len(tj), 7)).astype(np.float32), tj),
+                    "camera": (rng.integers(0, 255, (len(tc), 6, 8, 3), dtype=np.uint8), tc),
+                    "actions": (rng.standard_normal((len(ta), 4)).astype(np.float32), ta)})
+    return eps
+
+
+WINDOWS = {"state": Window(["joints", "actions"], offsets=[-0.02, 0.0], normalize="mean_std"),
+           "action": Window("actions", indices=range(8), rate=50),
+           "image": Window("camera", offsets=[0.0], layout="BTCHW")}
+
+
+@pytest.fixture
+def dataset(rng):
+    return lambda device: robocache.Dataset.from_episodes(episodes(rng), device=device)
+
+
+def make(ds, **kw):
+    return DataLoader(ds, 16, seed=5, windows=WINDOWS, **kw)
+
+
+def host(batch):
+    return {k: v.detach().cpu().clone() for k, v in batch.items()}
+
+
+def straight(ds):
+    loader = make(ds)
+    out = []
+    for _ in range(EPOCHS):
+        out += [host(b) for b in loader]
+    return out
+
+
+def assert_same(got, want, where=""):
+    assert len(got) == len(want), f"{len(got)} batches, a straight run has {len(want)} {where}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.keys() == b.keys(), f"batch {i} keys {where}"
+        for k in a:
+            assert torch.equal(a[k], b[k]), f"batch {i} key {k!r} differs from the straight run {where}"
+
+
+def resume(ds, state, got, loader=None):
+    """A fresh loader (or the interrupted one) loaded from `state`, run to the end of the last
+    epoch, appended to got."""
+    loader = loader or make(ds)
+    loader.load_state_dict(state)
+    for _ in range(state["epoch"], EPOCHS):
+        got += [host(b) for b in loader]
+    return got
+
+
+def check_state(state, received, n_batches):
+    """The state says exactly the batches the consumer received were handed over."""
+    assert state["epoch"] * n_batches + state["batch"] == received, (
+        f"state_dict says epoch {state['epoch']} batch {state['batch']} ({n_batches} a epoch) but the consumer "
+        f"received {received} batches")
+
+
+# ----------------------------------------------------------------------------
+# raised by the consumer
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("where", ["first", "early", "middle", "last-of-epoch", "second-epoch"])
+def test_interrupt_in_the_loop_body(dataset, device, where):
+    ds = dataset(device)
+    want = straight(ds)
+    n = len(make(ds))
+    stop_at = {"first": 0, "early": 1, "middle": n // 2, "last-of-epoch": n - 1, "second-epoch": n + n // 3}[where]
+    loader, got = make(ds), []
+    try:
+        for _ in range(EPOCHS):
+            for b in loader:
+                got.append(host(b))
+                if len(got) - 1 == stop_at:
+                    raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        state = loader.state_dict()
+    else:
+        pytest.fail("the interrupt was not raised")
+    check_state(state, len(got), n)
+    # the same loader object resumes too once given its state back (a bare new iter() starts
+    # the next epoch, as torch's DataLoader does); then a fresh loader in a "new process"
+    again = resume(ds, state, list(got), loader)
+    assert_same(again, want, f"(same loader, interrupted after batch {stop_at})")
+    del loader
+    assert_same(resume(ds, state, got), want, f"(interrupted after batch {stop_at})")
+
+
+# ----------------------------------------------------------------------------
+# raised while the loader makes a batch
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("call", [0, 3, 11])
+def test_interrupt_inside_the_loader(dataset, device, call):
+    """collate_fn raises KeyboardInterrupt on its call-th call: that batch was never handed
+    over, so the resumed loader must yield it."""
+    ds = dataset(device)
+    want = straight(ds)
+    n = len(make(ds))
+    calls = [0]
+
+    def collate(batch):
+        calls[0] += 1
+        if calls[0] - 1 == call:
+            raise KeyboardInterrupt
+        return batch
+
+    loader, got = make(ds, collate_fn=collate), []
+    try:
+        for _ in range(EPOCHS):
+            for b in loader:
+                got.append(host(b))
+    except KeyboardInterrupt:
+        state = loader.state_dict()
+    else:
+        pytest.fail("the interrupt was not raised")
+    check_state(state, len(got), n)
+    assert len(got) == call
+    assert_same(resume(ds, state, got), want, f"(interrupted in collate_fn call {call})")
+
+
+# ----------------------------------------------------------------------------
+# a real SIGINT at random moments
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs POSIX signals")
+@pytest.mark.parametrize("device", DEVICES)
+def test_sigint_at_random_moments(dataset, device, rng):
+    """SIGINT from a timer thread (Ctrl-C as a terminal sends it) at 10 moments spread over a
+    two-epoch run: wherever it lands, the state agrees with what the consumer received and the
+    resumed run completes the straight one."""
+    ds = dataset(device)
+    want = straight(ds)
+    n = len(make(ds))
+    armed = [False]
+
+    def on_sigint(signum, frame):
+        if armed[0]:  # one interrupt per trial; a late signal after the run is ignored
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    def step(b):  # a consumer that takes some time per batch, like a training step
+        x = b["state"].float()
+        for _ in range(20):
+            x = torch.tanh(x @ torch.ones(x.shape[-1], x.shape[-1], device=x.device) * 0.01)
+        return x
+
+    # the duration of an uninterrupted run, to spread the interrupts over it
+    t0 = time.perf_counter()
+    loader = make(ds)
+    for _ in range(EPOCHS):
+        for b in loader:
+            step(b)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    duration = time.perf_counter() - t0
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    landed = []
+    try:
+        for trial, frac in enumerate(np.sort(rng.uniform(0.02, 0.95, 10))):
+            loader, got = make(ds), []
+            armed[0] = True
+            timer = threading.Timer(frac * duration, os.kill, args=(os.getpid(), signal.SIGINT))
+            state = None
+            try:
+                timer.start()
+                for _ in range(EPOCHS):
+                    for b in loader:
+                        # record receipt first, in one C call: an interrupt cannot land between
+                        # getting b and recording it (a host copy first could be interrupted
+                        # halfway, losing a batch the loader rightly counted as handed over)
+                        got.append(b)
+                        step(b)
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+            except KeyboardInterrupt:
+                state = loader.state_dict()
+            finally:
+                armed[0] = False
+                timer.cancel()
+                timer.join()
+            got = [host(b) for b in got]
+            if state is None:  # the run finished before the signal: nothing to resume
+                assert_same(got, want, f"(trial {trial}, not interrupted)")
+                continue
+            landed.append(len(got))
+            check_state(state, len(got), n)
+            del loader
+            assert_same(resume(ds, state, got), want, f"(trial {trial}: SIGINT at {frac:.0%} of the run, "
+                                                      f"after {len(got)} batches)")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert len(landed) >= 5, f"only {len(landed)} of 10 signals interrupted the run: {landed}"
+    assert len(set(landed)) >= 3, f"the interrupts landed at too few places: {landed}"

@@ -181,7 +181,9 @@ int rc_flatten_trailing(int64_t *count, int64_t *stride, const rc_tensor *v, int
             *stride = inner_stride;
             have = 1;
         } else {
-            if (v->strides[d] != inner_stride * inner_extent) return 0;
+            int64_t next; /* a stride that overflows here cannot be the flattening one */
+            if (__builtin_mul_overflow(inner_stride, inner_extent, &next) || v->strides[d] != next)
+                return 0;
             inner_extent *= v->shape[d];
         }
     }

@@ -306,9 +306,12 @@ static void blame_producer(const char *name, const char *what) {
         PyErr_Clear();
         text = "";
     }
-    int len = (int)strcspn(text, "\n"); /* torch appends a C++ backtrace after the first line */
-    PyErr_Format(PyExc_BufferError, "%s: %s raised %s: %.*s", name, what,
-                 ((PyTypeObject *)type)->tp_name, len < 300 ? len : 300, text);
+    char first[304]; /* torch appends a C++ backtrace after the first line */
+    size_t len = strcspn(text, "\n");
+    snprintf(first, sizeof first, "%.*s%s", (int)(len < 300 ? len : 300), text,
+             len > 300 ? "..." : "");
+    PyErr_Format(PyExc_BufferError, "%s: %s raised %s: %s", name, what,
+                 ((PyTypeObject *)type)->tp_name, first);
     Py_XDECREF(msg);
     PyObject *t2, *v2, *tb2;
     PyErr_Fetch(&t2, &v2, &tb2);
@@ -326,6 +329,10 @@ static void blame_producer(const char *name, const char *what) {
 }
 
 void rc_call_release(rc_call *c) {
+    /* Deleters and capsule destructors may run Python code (a producer written with ctypes,
+     * cffi, ...): they must not run with our pending exception set, nor lose it. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
     for (int i = c->n_imports - 1; i >= 0; i--) {
         rc_import *im = &c->imports[i];
         if (im->managed && im->versioned) {
@@ -338,6 +345,18 @@ void rc_call_release(rc_call *c) {
         Py_XDECREF(im->obj);
     }
     c->n_imports = 0;
+    if (PyErr_Occurred()) PyErr_WriteUnraisable(NULL); /* a deleter must not raise */
+    if (type) PyErr_Restore(type, value, tb);
+}
+
+/* Py_DECREF that keeps the pending exception: the object may be the last owner of a producer's
+ * tensor whose deleter runs Python code. */
+static void decref_keep_error(PyObject *o) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Py_DECREF(o);
+    if (PyErr_Occurred()) PyErr_WriteUnraisable(NULL);
+    PyErr_Restore(type, value, tb);
 }
 
 static PyObject *fallback(rc_state *st) {
@@ -608,7 +627,7 @@ static int import_capsule(rc_call *c, rc_tensor *view, rc_span *span, PyObject *
         }
     }
 done:
-    Py_DECREF(cap);
+    decref_keep_error(cap); /* the producer's destructor may run Python code */
     return rc;
 }
 
@@ -669,7 +688,7 @@ static int import_copy(rc_call *c, rc_tensor *view, PyObject *obj, const char *n
     PyObject *copy = PyObject_CallMethod(fb, "contiguous", "O", obj);
     if (!copy) return -1;
     int rc = import_any(c, view, copy, name, IMPORT_OURS);
-    Py_DECREF(copy); /* the import record keeps it alive */
+    decref_keep_error(copy); /* the import record keeps it alive */
     return rc;
 }
 

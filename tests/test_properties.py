@@ -43,6 +43,8 @@ except ModuleNotFoundError:
     torch = None
 
 LONG = os.environ.get("ROBOCACHE_LONG") == "1"
+# inf/NaN/overflow in the references' arithmetic is intended here (extreme values)
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 def profile(n):

@@ -329,6 +329,13 @@ static void blame_producer(const char *name, const char *what) {
 }
 
 void rc_call_release(rc_call *c) {
+#ifdef RC_WITH_CUDA
+    /* stream= other than the current stream: our copies and temporaries go back to the
+     * framework's allocator below, which orders reuse on its current stream; make that stream
+     * wait for the kernel first (no host sync) */
+    if (c->joined) rc_cuda_stream_wait(c->current, c->stream, c->device_id);
+    c->joined = 0;
+#endif
     /* Deleters and capsule destructors may run Python code (a producer written with ctypes,
      * cffi, ...): they must not run with our pending exception set, nor lose it. */
     PyObject *type, *value, *tb;
@@ -399,21 +406,38 @@ static int parse_stream_arg(void **stream, PyObject *arg) {
 
 /* Resolves the call's stream for CUDA device `device_id`; `obj` is the array asking (used to
  * pick the framework when it offers no exchange API). */
+/* The framework's current stream on device_id (torch: through the exchange API). */
+static int current_stream(rc_call *c, int device_id, PyObject *obj, void **s) {
+    if (c->api && c->api->current_work_stream)
+        return c->api->current_work_stream(kDLCUDA, device_id, s) != 0 ? -1 : 0;
+    PyObject *fb = fallback(c->st);
+    if (!fb) return -1;
+    PyObject *h = PyObject_CallMethod(fb, "current_stream", "Oi", obj, device_id);
+    if (!h) return -1;
+    *s = PyLong_AsVoidPtr(h);
+    Py_DECREF(h);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 static int resolve_stream(rc_call *c, int device_id, PyObject *obj) {
     if (c->have_stream) return 0;
     void *s = NULL;
     if (c->stream_arg) {
         if (parse_stream_arg(&s, c->stream_arg) != 0) return -1;
-    } else if (c->api && c->api->current_work_stream) {
-        if (c->api->current_work_stream(kDLCUDA, device_id, &s) != 0) return -1;
-    } else {
-        PyObject *fb = fallback(c->st);
-        if (!fb) return -1;
-        PyObject *h = PyObject_CallMethod(fb, "current_stream", "Oi", obj, device_id);
-        if (!h) return -1;
-        s = PyLong_AsVoidPtr(h);
-        Py_DECREF(h);
-        if (PyErr_Occurred()) return -1;
+#ifdef RC_WITH_CUDA
+        /* copies of inputs and temporaries were made on the current stream: the kernel's
+         * stream waits for them now, and the current stream waits for the kernel at release */
+        void *cur = NULL;
+        if (c->device_type == kDLCUDA && current_stream(c, device_id, obj, &cur) == 0 && cur != s) {
+            rc_status st = rc_cuda_stream_wait(s, cur, device_id);
+            if (st != RC_OK) { rc_raise_status(c->st, st); return -1; }
+            c->current = cur;
+            c->joined = 1;
+        }
+        PyErr_Clear(); /* no current stream known: nothing to order against */
+#endif
+    } else if (current_stream(c, device_id, obj, &s) != 0) {
+        return -1;
     }
     c->stream = s;
     c->have_stream = 1;

@@ -245,6 +245,9 @@ rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 
 rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);
 int rc_cuda_runtime_version(void);
 int rc_cuda_driver_version(void);
+/* `waiter` waits (on the device, no host sync) for the work enqueued so far on `signaler`, both
+ * streams of `device`. A failure falls back to synchronizing `signaler`. */
+rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device);
 
 #ifdef __cplusplus
 }

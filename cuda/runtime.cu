@@ -33,6 +33,22 @@ extern "C" int rc_cuda_runtime_version(void) {
     return v;
 }
 
+extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device) {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    if (prev != device) cudaSetDevice(device);
+    cudaEvent_t ev;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        e = cudaEventRecord(ev, (cudaStream_t)signaler);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0);
+        cudaEventDestroy(ev); /* released once the wait has been satisfied */
+    }
+    if (e != cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)signaler);
+    if (prev >= 0 && prev != device) cudaSetDevice(prev);
+    return RC_CUDA_CHECK(e, "stream wait");
+}
+
 extern "C" int rc_cuda_driver_version(void) {
     int v = 0;
     cudaDriverGetVersion(&v);

@@ -424,18 +424,6 @@ static int resolve_stream(rc_call *c, int device_id, PyObject *obj) {
     void *s = NULL;
     if (c->stream_arg) {
         if (parse_stream_arg(&s, c->stream_arg) != 0) return -1;
-#ifdef RC_WITH_CUDA
-        /* copies of inputs and temporaries were made on the current stream: the kernel's
-         * stream waits for them now, and the current stream waits for the kernel at release */
-        void *cur = NULL;
-        if (c->device_type == kDLCUDA && current_stream(c, device_id, obj, &cur) == 0 && cur != s) {
-            rc_status st = rc_cuda_stream_wait(s, cur, device_id);
-            if (st != RC_OK) { rc_raise_status(c->st, st); return -1; }
-            c->current = cur;
-            c->joined = 1;
-        }
-        PyErr_Clear(); /* no current stream known: nothing to order against */
-#endif
     } else if (current_stream(c, device_id, obj, &s) != 0) {
         return -1;
     }
@@ -445,10 +433,24 @@ static int resolve_stream(rc_call *c, int device_id, PyObject *obj) {
 }
 
 int rc_call_stream(rc_call *c, void **stream) {
-    if (!c->have_stream) {
-        PyObject *first = c->n_imports ? c->imports[0].obj : Py_None;
-        if (resolve_stream(c, c->device_id, first) != 0) return -1;
+    PyObject *first = c->n_imports ? c->imports[0].obj : Py_None;
+    if (!c->have_stream && resolve_stream(c, c->device_id, first) != 0) return -1;
+#ifdef RC_WITH_CUDA
+    /* Called right before the launch. With stream= other than the current stream, the
+     * contiguous copies this call made (on the current stream, freed to its allocator when the
+     * call returns) are ordered both ways: the kernel's stream waits for them now, the current
+     * stream waits for the kernel at release. No copies: stream= is left fully independent. */
+    if (c->stream_arg && c->copied && !c->joined && c->device_type == kDLCUDA) {
+        void *cur = NULL;
+        if (current_stream(c, c->device_id, first, &cur) != 0) return -1;
+        if (cur != c->stream) {
+            rc_status st = rc_cuda_stream_wait(c->stream, cur, c->device_id);
+            if (st != RC_OK) { rc_raise_status(c->st, st); return -1; }
+            c->current = cur;
+            c->joined = 1;
+        }
     }
+#endif
     *stream = c->stream;
     return 0;
 }
@@ -567,10 +569,17 @@ static int import_capsule(rc_call *c, rc_tensor *view, rc_span *span, PyObject *
     if (dlpack_device(&dev_type, &dev_id, obj, name) != 0) return -1;
     PyObject *stream = NULL;
     if (dev_type == kDLCUDA || dev_type == kDLCUDAManaged) {
-#ifndef RC_WITH_CUDA
         /* no stream to ask for, and no kernel to run: say so before calling the producer */
+#ifndef RC_WITH_CUDA
         rc_no_cuda_error(c->st, name, dev_id);
         return -1;
+#else
+        int count = 0;
+        if (rc_cuda_device_count(&count) != RC_OK || dev_id >= count) {
+            PyErr_Format(c->st->CudaError, "%s is on cuda:%d but the CUDA runtime sees %d device%s",
+                         name, dev_id, count, count == 1 ? "" : "s");
+            return -1;
+        }
 #endif
         if (resolve_stream(c, dev_id, obj) != 0) return -1;
         /* the spec reserves 0; the legacy default stream is 1 */
@@ -707,6 +716,7 @@ int rc_import_array(rc_call *c, rc_tensor *view, PyObject *obj, const char *name
 
 /* A C-contiguous (and aligned) copy of obj made by its own framework, imported in its place. */
 static int import_copy(rc_call *c, rc_tensor *view, PyObject *obj, const char *name) {
+    c->copied = 1;
     PyObject *fb = fallback(c->st);
     if (!fb) return -1;
     PyObject *copy = PyObject_CallMethod(fb, "contiguous", "O", obj);

@@ -57,7 +57,8 @@ typedef struct {
     PyTypeObject *first_type;      /* borrowed: its type, for the same-framework check */
     int have_stream;
     void *stream;                  /* resolved cudaStream_t for CUDA calls */
-    int joined;                    /* stream= is not the framework's current stream: ... */
+    int copied;                    /* the call made a contiguous copy of an input */
+    int joined;                    /* stream= with copies, not the current stream: ... */
     void *current;                 /* ... that one, which waits for `stream` at release */
     const DLPackExchangeAPI *api;  /* exchange API of the first array, if any */
     rc_import imports[RC_MAX_IMPORTS];

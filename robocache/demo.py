@@ -272,84 +272,86 @@ def run(argv=None, *, out=print) -> dict:
         # tiny weights early in training make denormal floats, 2-3x slower on x86 CPUs
         torch.set_flush_denormal(True)
 
-    t0 = time.perf_counter()
-    if args.lerobot:
-        from .readers import available_backends
-        video = not args.no_video and bool(available_backends())
-        ds = robocache.Dataset.from_lerobot(args.lerobot, load_video=video, video_resize=(64, 64) if video else None,
-                                            device=dev)
-    elif args.robomimic:
-        ds = robocache.Dataset.from_robomimic(args.robomimic, device=dev)
-    elif args.zarr:
-        ds = robocache.Dataset.from_zarr(args.zarr, device=dev)
-    else:
-        ds = generate(args.episodes, args.seed, device=dev)
-    setup = setup_for(ds, generated=not (args.lerobot or args.robomimic or args.zarr))
-    loader = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True, seed=args.seed,
-                        windows=setup.windows, anchor=setup.anchor)
-    out(f"dataset: {ds.source or 'generated'}, {len(ds)} episodes, "
-        + ", ".join(f"{n} {s.rate:.0f} Hz {list(s.shape)}" for n, s in ds.streams.items()
-                    if s.rate and n in {m for w in setup.windows.values() for m in w.names})
-        + f" ({time.perf_counter() - t0:.1f} s to build)")
-    out(f"loader: {loader.num_samples} samples, batch {batch_size}, {setup.description}, device {dev}")
+    try:
+        t0 = time.perf_counter()
+        if args.lerobot:
+            from .readers import available_backends
+            video = not args.no_video and bool(available_backends())
+            ds = robocache.Dataset.from_lerobot(args.lerobot, load_video=video, video_resize=(64, 64) if video else None,
+                                                device=dev)
+        elif args.robomimic:
+            ds = robocache.Dataset.from_robomimic(args.robomimic, device=dev)
+        elif args.zarr:
+            ds = robocache.Dataset.from_zarr(args.zarr, device=dev)
+        else:
+            ds = generate(args.episodes, args.seed, device=dev)
+        setup = setup_for(ds, generated=not (args.lerobot or args.robomimic or args.zarr))
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True, seed=args.seed,
+                            windows=setup.windows, anchor=setup.anchor)
+        out(f"dataset: {ds.source or 'generated'}, {len(ds)} episodes, "
+            + ", ".join(f"{n} {s.rate:.0f} Hz {list(s.shape)}" for n, s in ds.streams.items()
+                        if s.rate and n in {m for w in setup.windows.values() for m in w.names})
+            + f" ({time.perf_counter() - t0:.1f} s to build)")
+        out(f"loader: {loader.num_samples} samples, batch {batch_size}, {setup.description}, device {dev}")
 
-    def batches():
-        while True:                                  # as many epochs as the steps need
-            yield from loader
+        def batches():
+            while True:                                  # as many epochs as the steps need
+                yield from loader
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize(dev)
+        def sync():
+            if cuda:
+                torch.cuda.synchronize(dev)
 
-    # the loader alone: a few batches, timed to the end of their kernels
-    probe = min(50, max(5, steps // 4))
-    it = batches()
-    next(it)
-    sync()
-    t = time.perf_counter()
-    for _ in range(probe):
+        # the loader alone: a few batches, timed to the end of their kernels
+        probe = min(50, max(5, steps // 4))
+        it = batches()
         next(it)
-    sync()
-    loader_rate = probe * batch_size / (time.perf_counter() - t)
+        sync()
+        t = time.perf_counter()
+        for _ in range(probe):
+            next(it)
+        sync()
+        loader_rate = probe * batch_size / (time.perf_counter() - t)
 
-    policy = make_policy(setup).to(dev)
-    opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
-    n_params = sum(p.numel() for p in policy.parameters())
-    out(f"policy: transformer, {n_params / 1e3:.0f}k parameters; {steps} steps")
+        policy = make_policy(setup).to(dev)
+        opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=1e-4)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
+        n_params = sum(p.numel() for p in policy.parameters())
+        out(f"policy: transformer, {n_params / 1e3:.0f}k parameters; {steps} steps")
 
-    bar = _bar(steps, enabled=not args.no_progress and sys.stderr.isatty())
-    every = max(1, steps // 10)
-    losses = []                                      # device scalars: no host sync per step
-    loader.set_epoch(0)
-    it = batches()
-    t_start = t_warm = time.perf_counter()
-    for step in range(steps):
-        batch = next(it)
-        loss = masked_mse(policy(batch), batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(loss.detach())
-        if step == 0:
-            sync()
-            t_warm = time.perf_counter()             # rates leave out the first step (warm-up)
-        if (step + 1) % every == 0 or step + 1 == steps:
-            recent = float(torch.stack(losses[-every:]).mean())
-            done = step + 1
-            rate = (done - 1) * batch_size / max(time.perf_counter() - t_warm, 1e-9) if done > 1 else 0.0
-            if bar is not None:
-                bar.update(done - bar.n)
-                bar.set_postfix(loss=f"{recent:.4f}", samples_s=f"{rate:,.0f}")
-            else:
-                out(f"step {done:>6}/{steps}  loss {recent:.4f}  {rate:,.0f} samples/s")
-    sync()
-    t_end = time.perf_counter()
-    if bar is not None:
-        bar.close()
-    if not cuda:
-        torch.set_flush_denormal(False)
+        bar = _bar(steps, enabled=not args.no_progress and sys.stderr.isatty())
+        every = max(1, steps // 10)
+        losses = []                                      # device scalars: no host sync per step
+        loader.set_epoch(0)
+        it = batches()
+        t_start = t_warm = time.perf_counter()
+        for step in range(steps):
+            batch = next(it)
+            loss = masked_mse(policy(batch), batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses.append(loss.detach())
+            if step == 0:
+                sync()
+                t_warm = time.perf_counter()             # rates leave out the first step (warm-up)
+            if (step + 1) % every == 0 or step + 1 == steps:
+                recent = float(torch.stack(losses[-every:]).mean())
+                done = step + 1
+                rate = (done - 1) * batch_size / max(time.perf_counter() - t_warm, 1e-9) if done > 1 else 0.0
+                if bar is not None:
+                    bar.update(done - bar.n)
+                    bar.set_postfix(loss=f"{recent:.4f}", samples_s=f"{rate:,.0f}")
+                else:
+                    out(f"step {done:>6}/{steps}  loss {recent:.4f}  {rate:,.0f} samples/s")
+        sync()
+        t_end = time.perf_counter()
+        if bar is not None:
+            bar.close()
+    finally:  # the flag is process-wide: restore it even when training fails
+        if not cuda:
+            torch.set_flush_denormal(False)
     hist = torch.stack(losses).float().cpu().numpy()
     k = max(1, min(10, steps // 10))
     first, last = float(hist[:k].mean()), float(hist[-k:].mean())

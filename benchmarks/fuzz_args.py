@@ -243,6 +243,9 @@ class Case:
         self.kw = {}
         self.forged = []
         self.exotic = False   # an argument robocache may legitimately read differently
+        # most arguments come from one framework (mixing is an error path of its own)
+        self.framework = src.pick(["numpy", "numpy", "numpy", "torch" if torch is not None else "numpy",
+                                   "forged"])
 
     def note(self, s):
         self.log.append(s)
@@ -252,7 +255,11 @@ class Case:
     def sorted_times(self, shape, dtype):
         np = self.np
         n = shape[-1] if shape else 1
-        gaps = np.array([self.src.int(0, 3) for _ in range(int(np.prod(shape)))], np.float64).reshape(shape)
+        count = int(np.prod(shape))
+        if count <= 64:  # each gap from the input: duplicates (gap 0) where the fuzzer wants them
+            gaps = np.array([self.src.int(0, 3) for _ in range(count)], np.float64).reshape(shape)
+        else:
+            gaps = np.random.default_rng(self.src.int(0, 2**32 - 1)).integers(0, 4, shape).astype(np.float64)
         t = np.cumsum(gaps, axis=-1) if len(shape) else gaps
         if dtype == "int64":
             return (t * 10**6 + 1_700_000_000 * 10**9).astype(np.int64)
@@ -318,7 +325,7 @@ class Case:
     def wrap(self, name):
         """The object passed for arrays[name]: numpy in some layout, torch, a forged producer."""
         np, src, a = self.np, self.src, self.arrays[name]
-        kind = src.pick(["numpy"] * 4 + ["layout", "torch", "forged", "forged-fault", "junk"])
+        kind = src.pick([self.framework] * 4 + ["layout", "torch", "forged", "forged-fault", "junk"])
         if kind == "numpy":
             return a
         if kind == "layout":
@@ -379,14 +386,19 @@ class Case:
             elif what == "version":
                 faults["version"] = (src.pick([0, 1, 2, 2**32 - 1]), src.pick([0, 3, 2**32 - 1]))
             elif what == "dtype":
-                faults["dtype"] = (src.int(0, 8), src.pick([0, 1, 8, 16, 32, 64, 128, 255]), 1)
+                code, bits = src.int(0, 8), src.pick([0, 1, 8, 16, 32, 64, 128, 255])
+                if code in (0, 1, 2, 4, 6) and bits in (8, 16, 32, 64) and bits > 8 * a.itemsize:
+                    bits = 8 * a.itemsize  # a wider supported dtype would describe memory that is not there
+                faults["dtype"] = (code, bits, 1)
             elif what == "lanes":
                 faults["dtype"] = F.dl_dtype(a.dtype)[:2] + (src.pick([0, 2, 4, 65535]),)
             elif what == "device":
                 faults["device"] = (src.pick([0, 1, 3, 4, 7, 8, 12, 14, 99]), src.pick([0, 1, 7]))
             elif what == "ndim":
-                faults.update(ndim=src.pick([-1, 0, 9, 127, 2**31 - 1]), shape=None if src.chance(128) else [1] * 9,
-                              strides=None)
+                faults.update(ndim=src.pick([-1, 0, 1, 2, 9, 127, 2**31 - 1]), strides=None,
+                              shape=None if src.chance(128) else [1] * 9)
+                if faults["ndim"] in (1, 2) and faults["shape"] is not None:
+                    faults["shape"] = None  # ndim > 0 without a shape array
             elif what == "shape":  # descriptions robocache must reject before touching memory
                 faults.update(shape=src.pick([[-1], [2, -5], [2**40, 2**40, 2**40], [2**62, 4], [2**63 - 1, 2]]),
                               strides=src.pick([None, [0, 0, 0], [1, 1, 1]]))
@@ -553,7 +565,8 @@ def mutate(c, op, required):
             c.exotic = True
             c.note(f"kw {k}={c.kw[k]!r}")
         elif what == "out":
-            c.out_kind = src.pick(["right", "wrong-dtype", "wrong-shape", "alias", "read-only", "strided", "forged-ro"])
+            c.out_kind = src.pick(["right", "wrong-dtype", "wrong-shape", "alias", "read-only", "strided", "forged-ro",
+                                   "misaligned", "torch", "0-d"])
             c.note(f"out: {c.out_kind}")
         elif what == "drop" and names:
             n = src.pick(names)
@@ -596,6 +609,13 @@ def make_out(c, np, like_shape_dtype):
         f = c.forge.Forged(np.zeros(shape, dtype), flags=1)
         c.forged.append(f)
         return f
+    if kind == "misaligned":
+        n = int(np.prod(shape))
+        return np.frombuffer(bytearray(n * np.dtype(dtype).itemsize + 1), dtype, n, offset=1).reshape(shape)
+    if kind == "torch" and c.torch is not None:
+        return c.torch.zeros(shape, dtype=getattr(c.torch, np.dtype(dtype).name))
+    if kind == "0-d":
+        return np.zeros((), dtype)
     return None
 
 

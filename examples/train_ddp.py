@@ -101,6 +101,7 @@ def main(argv=None):
                 "world_size": world, "backend": backend, "steps": step, "first_loss": curve[0],
                 "last_loss": sum(curve[-5:]) / len(curve[-5:]), "param_checksums_equal": equal,
                 "samples_per_s": world * args.batch_size * step / elapsed, "epochs": epoch}))
+    dist.barrier()  # every rank done with the group: gloo can abort at exit otherwise
     dist.destroy_process_group()
 
 

@@ -63,6 +63,7 @@ dist.all_reduce(t, op=dist.ReduceOp.MAX)
 out["sh_max"] = int(t)
 with open(os.path.join(os.environ["OUT_DIR"], f"rank{rank}.json"), "w") as f:
     json.dump(out, f)
+dist.barrier()  # every rank done with the group: gloo can abort at exit otherwise
 dist.destroy_process_group()
 '''
 

@@ -371,16 +371,9 @@ def test_gil_released_during_kernels(op, rng, restore_threads):
 
 
 def loader_episodes(rng, E):
-    eps = []
-    for _ in range(E):
-        dur = rng.uniform(0.5, 1.5)
-        tj = np.sort(rng.uniform(0, dur, int(dur * 100)))
-        tc = np.arange(int(dur * 30)) / 30
-        ta = np.arange(int(dur * 50)) / 50
-        eps.append({"joints": (rng.standard_normal((len(tj), 7)).astype(np.float32), tj),
-                    "camera": (rng.integers(0, 255, (len(tc), 6, 8, 3), dtype=np.uint8), tc),
-                    "actions": (rng.standard_normal((len(ta), 4)).astype(np.float32), ta)})
-    return eps
+    """joints 100 Hz, camera 30 Hz, actions 50 Hz: test_loader's multi-rate episodes."""
+    from test_loader import make_episodes  # needs torch; the op tests here do not
+    return make_episodes(rng, E)
 
 
 def loader_windows(k):

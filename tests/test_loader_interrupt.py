@@ -26,22 +26,15 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
+from test_loader import make_episodes  # noqa: E402
 
 EPOCHS = 2
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
 def episodes(rng, E=6):
-    eps = []
-    for _ in range(E):
-        dur = rng.uniform(0.8, 1.6)
-        tj = np.sort(rng.uniform(0, dur, int(dur * 100)))
-        tc = np.arange(int(dur * 30)) / 30
-        ta = np.arange(int(dur * 50)) / 50
-        eps.append({"joints": (rng.standard_normal((len(tj), 7)).astype(np.float32), tj),
-                    "camera": (rng.integers(0, 255, (len(tc), 6, 8, 3), dtype=np.uint8), tc),
-                    "actions": (rng.standard_normal((len(ta), 4)).astype(np.float32), ta)})
-    return eps
+    """joints 100 Hz, camera 30 Hz, actions 50 Hz: test_loader's multi-rate episodes."""
+    return make_episodes(rng, E)
 
 
 WINDOWS = {"state": Window(["joints", "actions"], offsets=[-0.02, 0.0], normalize="mean_std"),

@@ -444,8 +444,9 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
                      (long long)slots, (long long)va.channels);
         goto fail;
     }
-    const int64_t ws_bytes = rc_voxelize_workspace_size(&va);
     const int on_cuda = call.device_type == RC_DEVICE_CUDA;
+    va.bitmap = on_cuda; /* big occupancy grids: a bitmap in the workspace (voxelize_math.h) */
+    const int64_t ws_bytes = rc_voxelize_workspace_size(&va);
     if (!on_cuda && out_bytes + ws_bytes > physical_memory()) {
         PyErr_Format(PyExc_MemoryError,
                      "grid: (%lld, %lld, %lld) voxels make an output %s of %s (%lld bytes), more "
@@ -484,7 +485,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
     if (ws_bytes > 0) {
         int64_t words = (ws_bytes + 7) / 8;
         if (allocate_named(&call, &ws_obj, &ws, a_[A_POINTS], 1, &words, RC_I64,
-                           "points (workspace of sum/mean/max)") != 0)
+                           "points (workspace of sum/mean/max, or occupancy's bitmap)") != 0)
             goto fail;
         va.workspace = ws.data;
     }
@@ -499,9 +500,9 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
 #ifdef RC_WITH_CUDA
         if (rc_call_stream(&call, &stream) != 0) goto fail;
         if (call.stream_arg && ws_bytes > 0) {
-            /* the workspace goes back to the framework's allocator when we return; it orders
-             * reuse on the framework's current stream, so a different stream= must finish
-             * before then */
+            /* the workspace (slots, or occupancy's bitmap) goes back to the framework's
+             * allocator when we return; it orders reuse on the framework's current stream, so a
+             * different stream= must finish before then */
             void *current = NULL;
             va.sync = !(call.api && call.api->current_work_stream &&
                         call.api->current_work_stream(kDLCUDA, call.device_id, &current) == 0 &&

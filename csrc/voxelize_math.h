@@ -200,13 +200,24 @@ RC_HD float rc_vox_to_f32(double f) {
  * Sum/mean/max reduce into "slots": a touched voxel's slot is the index of the first point that
  * claimed it (claimed by writing slot + 1 into the voxel's channel-0 word of the zeroed output,
  * which the final pass overwrites). Per slot: a count and F accumulators; deterministic sum/mean
- * add the per-cloud statistics that fix the scale and per-slot flags for non-finite features. */
+ * add the per-cloud statistics that fix the scale and per-slot flags for non-finite features.
+ *
+ * CUDA occupancy on a big grid (args->bitmap set by the binding) sets bits of a bitmap instead
+ * of storing into the output, then expands the bitmap into the whole output in one coalesced
+ * pass (cuda/voxelize.cu). Only worth it when the output is about the size of L2 or more
+ * (A100: 40 MB, H100: 50 MB): a smaller grid largely stays in L2 between the memset and the
+ * scatter, so its scattered stores cost no DRAM read-modify-write and the bitmap path would only
+ * add a launch and a workspace allocation. The CPU never uses it. */
+
+#define RC_VOX_BITMAP_MIN ((int64_t)32 << 20) /* output bytes: 32 MiB (not tuned finely) */
 
 typedef struct {
     int64_t kept, maxabs;   /* [B] u64, [B*F] u64 (bits of double): deterministic sum/mean */
     int64_t counts;         /* [slots] u32 */
     int64_t acc;            /* [slots*F] of acc_size bytes */
     int64_t flags;          /* [slots*F] u8: deterministic sum/mean */
+    int64_t bitmap;         /* [ceil(B*V/32)] u32: occupancy; bit i of word w = flat voxel 32w+i */
+    int64_t bitmap_bytes;   /* 0 when there is no bitmap */
     int64_t total;          /* bytes */
     int64_t slots;
     int acc_size;           /* 8: int64 fixed point / double / u64 keys; 4: float / u32 keys */
@@ -219,6 +230,14 @@ RC_HD int rc_vox_uses_slots(rc_vox_mode m) { return m == RC_VOX_SUM || m == RC_V
 
 RC_HD void rc_vox_layout_of(rc_vox_layout *l, const rc_voxelize_args *a) {
     memset(l, 0, sizeof *l);
+    if (a->bitmap && a->mode == RC_VOX_OCCUPANCY) {
+        const int64_t n = a->batch * a->grid[0] * a->grid[1] * a->grid[2]; /* B*V voxels */
+        if (n * rc_dtype_size(a->out_dtype) < RC_VOX_BITMAP_MIN) return;
+        l->bitmap = 0;
+        l->bitmap_bytes = rc_vox_align16((n + 31) / 32 * 4);
+        l->total = l->bitmap + l->bitmap_bytes;
+        return;
+    }
     if (!rc_vox_uses_slots(a->mode) || a->channels == 0) return;
     const int64_t B = a->batch, F = a->channels;
     l->fixed = a->deterministic && a->mode != RC_VOX_MAX;

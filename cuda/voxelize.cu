@@ -4,7 +4,11 @@
  * strided (robocache.h). The dense grid dominates the bytes, so it is written once at full
  * bandwidth by cudaMemsetAsync and the points then scatter sparse stores into it; blocks own a
  * chunk of one cloud and read 4 points per thread (three 16-byte loads when float32 points are
- * contiguous). Caller's stream, no host sync. Benchmark: benchmarks/bench_voxelize.py
+ * contiguous). Occupancy on a grid of >= 32 MiB whose B*X*Y*Z-bit bitmap fits in half of L2
+ * sets bits in that bitmap instead (its random atomics stay in L2, where a store into the
+ * grid would be a DRAM read-modify-write once the memset pushed the grid out of L2), then one
+ * kernel writes the whole grid from it, coalesced 16-byte stores. Caller's stream, no host sync.
+ * Benchmark: benchmarks/bench_voxelize.py
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -163,6 +167,23 @@ struct Occupancy {
     }
 };
 
+/* Occupancy of a big grid: set the voxel's bit in the bitmap (flat index b*V + v). The bitmap
+ * (B*V/8 bytes, at most half of L2) stays resident, so these atomics resolve in L2 instead of
+ * costing a DRAM read-modify-write each; their result is unused (reductions, no round trip). */
+struct Bits {
+    int64_t V;
+    uint32_t *words;
+    __device__ void operator()(const rc_voxelize_args &, const Cloud &cl, int64_t,
+                               const int64_t *v) const {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (v[k] < 0) continue;
+            const int64_t i = cl.b * V + v[k];
+            atomicOr(words + (i >> 5), 1u << (i & 31));
+        }
+    }
+};
+
 template <typename T>
 struct Count {
     int64_t V;
@@ -292,6 +313,66 @@ finish_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t chunks, int
     }
 }
 
+/* ---- occupancy of a big grid, pass 2: bitmap -> dense output ----
+ * Every output byte is written once, in order. Vector path (out 16-byte aligned): a warp takes
+ * 32 consecutive bitmap words (one coalesced 128-byte load), which cover 1024 outputs =
+ * 64 * sizeof(U) 16-byte vectors; in each of 2 * sizeof(U) steps lane l builds vector
+ * 32 * step + l from the bits of the word that covers it (fetched with a shuffle), so each warp
+ * store is one contiguous 512-byte run. Outputs past the last whole vector (B*V not a multiple
+ * of 16 / sizeof(U)) and every output of a misaligned `out` take the scalar loop. */
+template <typename U>
+__device__ __forceinline__ uint4 expand16(uint32_t bits, U one) {
+    constexpr int E = 16 / sizeof(U);
+    union {
+        uint4 v;
+        U e[E];
+    } r;
+#pragma unroll
+    for (int k = 0; k < E; k++) r.e[k] = ((bits >> k) & 1u) ? one : (U)0;
+    return r.v;
+}
+
+template <typename U>
+__global__ void __launch_bounds__(kThreads)
+expand_kernel(U *out, const uint32_t *__restrict__ words, int64_t n, U one, int vec) {
+    constexpr int E = 16 / sizeof(U);   /* outputs per 16-byte vector (divides 32) */
+    constexpr int steps = 2 * sizeof(U); /* 64 * sizeof(U) vectors per 32 words, 32 per step */
+    const int64_t nwords = (n + 31) >> 5, nvec = vec ? n / E : 0;
+    const int64_t tid = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    const int64_t nthreads = (int64_t)gridDim.x * kThreads;
+    const int lane = threadIdx.x & 31;
+    if (vec) {
+        uint4 *o4 = (uint4 *)out;
+        const int64_t groups = (nvec * E + 1023) >> 10; /* groups of 32 words with a whole vector */
+        for (int64_t grp = tid >> 5; grp < groups; grp += nthreads >> 5) { /* warp-uniform */
+            const int64_t w = (grp << 5) + lane;
+            const uint32_t mine = w < nwords ? __ldg(words + w) : 0u;
+#pragma unroll
+            for (int step = 0; step < steps; step++) {
+                const int j = step * 32 + lane; /* vector within the group */
+                const uint32_t word = __shfl_sync(0xffffffffu, mine, (j * E) >> 5);
+                const int64_t gj = grp * (64 * (int64_t)sizeof(U)) + j;
+                if (gj < nvec) o4[gj] = expand16<U>(word >> ((j * E) & 31), one);
+            }
+        }
+    }
+    for (int64_t i = nvec * E + tid; i < n; i += nthreads)
+        out[i] = ((__ldg(words + (i >> 5)) >> (i & 31)) & 1u) ? one : (U)0;
+}
+
+/* L2 bytes of `device`, asked once per device (0 when unknown: then no bitmap path). */
+int l2_bytes(int device) {
+    static int cache[64]; /* benign race: every writer stores the same value; -1 = unknown */
+    if (device >= 0 && device < 64 && cache[device]) return cache[device] > 0 ? cache[device] : 0;
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, device) != cudaSuccess || n < 1) {
+        (void)cudaGetLastError(); /* not sticky; keep it out of the later launch checks */
+        n = -1;
+    }
+    if (device >= 0 && device < 64) cache[device] = n;
+    return n > 0 ? n : 0;
+}
+
 /* ---- launchers ---- */
 
 struct Launch {
@@ -354,22 +435,55 @@ Occupancy<U> occupancy(int64_t V, U one) {
     return o;
 }
 
-rc_status dispatch(const rc_voxelize_args &a, cudaStream_t s) {
+template <typename U>
+rc_status expand(const rc_voxelize_args &a, const uint32_t *words, int64_t n, U one,
+                 cudaStream_t s) {
+    if (n == 0) return RC_OK;
+    const int vec = aligned16(a.out);
+    /* a warp per 32 words (vec) or a thread per output; a grid-stride loop covers the rest */
+    int64_t blocks = ceil_div(vec ? 32 * ceil_div(n, 1024) : n, kThreads);
+    if (blocks > ((int64_t)1 << 16)) blocks = (int64_t)1 << 16;
+    expand_kernel<U><<<(unsigned)blocks, kThreads, 0, s>>>((U *)a.out, words, n, one, vec);
+    return RC_CUDA_CHECK(cudaGetLastError(), "voxelize expand kernel launch");
+}
+
+/* Occupancy of a big grid through the bitmap: zero it (B*V/8 bytes instead of the output), set
+ * bits, then write the whole output once from it. */
+rc_status occupancy_bitmap(const Launch &L, const rc_vox_layout &l, int64_t V) {
+    const rc_voxelize_args &a = L.a;
+    uint32_t *words = (uint32_t *)((char *)a.workspace + l.bitmap);
+    rc_status st = RC_CUDA_CHECK(cudaMemsetAsync(words, 0, (size_t)l.bitmap_bytes, L.s),
+                                 "cudaMemsetAsync (bitmap)");
+    if (st == RC_OK) st = L.points(nullptr, a.dropped, Bits{V, words}, "voxelize bits kernel launch");
+    if (st != RC_OK) return st;
+    const int64_t n = a.batch * V;
+    switch (rc_dtype_size(a.out_dtype)) {
+    case 1: return expand<uint8_t>(a, words, n, 1, L.s);
+    case 2: return expand<uint16_t>(a, words, n, a.out_dtype == RC_F16 ? 0x3c00 : 0x3f80, L.s);
+    case 4: return expand<uint32_t>(a, words, n, 0x3f800000u, L.s);
+    default: return expand<ull>(a, words, n, 0x3ff0000000000000ull, L.s);
+    }
+}
+
+rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
     const int64_t V = a.grid[0] * a.grid[1] * a.grid[2];
     const int feat_mode = a.mode >= RC_VOX_SUM;
     const int64_t out_bytes =
         a.batch * (feat_mode ? a.channels : 1) * V * rc_dtype_size(a.out_dtype);
     rc_vox_layout l;
     rc_vox_layout_of(&l, &a);
+    /* big occupancy grid whose bitmap fits comfortably in L2 (half of it: the points stream
+     * through L2 too): the bitmap path; otherwise memset + plain stores */
+    const int bitmap = l.bitmap_bytes > 0 && l.bitmap_bytes <= l2_bytes(device) / 2;
 
     /* the dense grid at full bandwidth; everything after this is sparse */
     rc_status st = RC_OK;
-    if (out_bytes > 0)
+    if (out_bytes > 0 && !bitmap)
         st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s), "cudaMemsetAsync (out)");
     if (st == RC_OK && a.dropped && a.batch)
         st = RC_CUDA_CHECK(cudaMemsetAsync(a.dropped, 0, (size_t)(a.batch * 8), s),
                            "cudaMemsetAsync (dropped)");
-    if (st == RC_OK && l.total)
+    if (st == RC_OK && l.total && !l.bitmap_bytes) /* the bitmap is zeroed only when used */
         st = RC_CUDA_CHECK(cudaMemsetAsync(a.workspace, 0, (size_t)l.total, s),
                            "cudaMemsetAsync (workspace)");
     if (st != RC_OK) return st;
@@ -391,6 +505,7 @@ rc_status dispatch(const rc_voxelize_args &a, cudaStream_t s) {
 
     switch (a.mode) {
     case RC_VOX_OCCUPANCY:
+        if (bitmap) return occupancy_bitmap(L, l, V);
         switch (rc_dtype_size(a.out_dtype)) {
         case 1: return L.points(nullptr, a.dropped, occupancy<uint8_t>(V, 1), "voxelize kernel launch");
         case 2:
@@ -419,7 +534,7 @@ extern "C" rc_status rc_voxelize_cuda(const rc_voxelize_args *args, int device, 
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;
-    st = dispatch(*args, (cudaStream_t)stream);
+    st = dispatch(*args, device, (cudaStream_t)stream);
     if (st == RC_OK && args->sync)
         st = RC_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
     rc_status st2 = guard.leave();

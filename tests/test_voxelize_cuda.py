@@ -9,6 +9,8 @@ reproducible run to run however the atomics interleave.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ torch = pytest.importorskip("torch")
 import robocache  # noqa: E402
 from reference import assert_equal, poisoned, to_numpy, voxelize_ref  # noqa: E402
 from test_voxelize import (FEATURE_MODES, FLOATS, GRID, KITTI, MODES, ORIGIN, VOXEL, VoxCase, assert_voxels,  # noqa: E402,F401
-                           kitti, make_vox)
+                           in_dtype, kitti, make_points, make_vox)
 
 pytestmark = pytest.mark.cuda
 
@@ -222,6 +224,195 @@ def test_cuda_out_poison_written_everywhere(make_vox):
         buf = poisoned(ref.shape, case.out_dtype, g["points"])
         assert robocache.voxelize(g["points"], **case.kwargs(g, out=buf)) is buf
         case.assert_matches(buf, ref, buf)
+
+
+# ----------------------------------------------------------------------------
+# occupancy of big grids: outputs of RC_VOX_BITMAP_MIN bytes or more take the L2
+# bitmap path (cuda/voxelize.cu: atomic OR into a B*X*Y*Z-bit bitmap, then one
+# kernel expands it into the whole output with 16-byte stores, a scalar tail,
+# and a scalar loop for a misaligned out=). Same bits as the CPU, every dtype.
+
+BITMAP_MIN = 32 << 20  # RC_VOX_BITMAP_MIN, csrc/voxelize_math.h
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "uint8": 1, "bool": 1}
+BIG_VOXEL = (0.05, 0.1, 0.025)  # anisotropic; the grids below are never cubic unless a test says so
+BIG_ORIGIN = (-4.0, -5.0, -1.5)
+
+
+def big_points(rng, n, grid, voxel, origin, pdtype):
+    """[n, 3]: half from make_points over the whole grid (faces, NaN/inf, far
+    points: mostly lone bits), half packed into a 4 x 4 x 160-voxel rod along z
+    (the fastest axis), so that runs of whole 32-voxel bitmap words are set too."""
+    m = n // 2
+    g = np.asarray(grid, np.int64)
+    v, o = np.broadcast_to(np.asarray(voxel, np.float64), (3,)), np.asarray(origin, np.float64)
+    ext = np.minimum([4, 4, 160], g)
+    corner = rng.integers(0, g - ext + 1)
+    box = o + (corner + rng.uniform(0, ext, (m, 3))) * v
+    p = np.concatenate([make_points(rng, n - m, pdtype, grid, voxel, origin), in_dtype(box, pdtype)])
+    rng.shuffle(p)
+    return p
+
+
+def big_case(rng, form, grid, *, B=4, N=40_000, dtype=None, pdtype="float32", voxel=BIG_VOXEL,
+             origin=BIG_ORIGIN):
+    """An occupancy VoxCase over a big grid. Dense: lengths with an empty cloud
+    (B > 1) and in-grid padding after them; ragged: an empty cloud."""
+    extra = {}
+    if form == "dense":
+        n = rng.integers(0, N + 1, B)
+        n[-1] = N
+        if B > 1:
+            n[0] = 0
+        rng.shuffle(n)
+        pts = np.stack([big_points(rng, N, grid, voxel, origin, pdtype) for _ in range(B)])
+        pad = in_dtype(np.asarray(origin) + 0.01 * np.asarray(voxel), pdtype)  # voxel (0,0,0) if read
+        for b in range(B):
+            pts[b, n[b]:] = pad
+        extra["lengths"] = n.astype(np.int64)
+    elif form == "ragged":
+        n = rng.integers(0, N + 1, B)
+        n[rng.integers(0, B)] = 0
+        extra["offsets"] = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        pts = big_points(rng, int(n.sum()), grid, voxel, origin, pdtype)
+    else:
+        assert form == "single" and B == 1
+        pts = big_points(rng, N, grid, voxel, origin, pdtype)
+    case = VoxCase(points=pts, pdtype=pdtype, mode="occupancy", seed=rng.seed, grid=grid, voxel_size=voxel,
+                   origin=origin, dtype=dtype, **extra)
+    assert B * math.prod(grid) * ITEMSIZE[case.out_dtype] >= BITMAP_MIN, "too small for the bitmap path"
+    return case
+
+
+def check_big(case):
+    """CUDA (fresh output, then a poisoned out=) == CPU bit for bit == reference,
+    dropped counts too. Returns the CUDA arrays."""
+    t = case.arrays("torch")
+    g = {k: on(v, "cuda") for k, v in t.items()}
+    ref, ref_dropped = case.reference()
+    co, cd = robocache.voxelize(t["points"], **case.kwargs(t, return_dropped=True))
+    go, gd = robocache.voxelize(g["points"], **case.kwargs(g, return_dropped=True))
+    assert go.device == g["points"].device
+    assert_bitwise(go, co, case.msg)
+    case.assert_matches(go, ref, go)
+    assert_equal(to_numpy(gd).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+    assert_equal(to_numpy(cd).reshape(-1), np.reshape(ref_dropped, -1), msg="CPU dropped " + case.msg)
+    buf = poisoned(ref.shape, case.out_dtype, g["points"])
+    assert robocache.voxelize(g["points"], **case.kwargs(g, out=buf)) is buf
+    assert_bitwise(buf, co, "out= " + case.msg)
+    return g, go
+
+
+BIG_DTYPES = [  # (out dtype, B, grid): >= 32 MiB each; odd B*X*Y*Z leave a tail of < 16 bytes
+    ("float32", 4, (128, 128, 128)), ("float32", 1, (205, 205, 201)),
+    ("float64", 2, (128, 128, 128)), ("float64", 1, (129, 127, 257)),
+    ("float16", 8, (128, 128, 128)), ("float16", 1, (181, 181, 513)),
+    ("bfloat16", 8, (128, 128, 128)), ("bfloat16", 1, (181, 181, 513)),
+    ("uint8", 1, (256, 256, 520)), ("uint8", 1, (257, 255, 513)), ("uint8", 2, (256, 256, 256)),  # the last: exactly 32 MiB
+    ("bool", 16, (128, 128, 128)),
+]
+
+
+@pytest.mark.parametrize("dtype,B,grid", BIG_DTYPES, ids=[f"{d}-B{b}-{'x'.join(map(str, g))}" for d, b, g in BIG_DTYPES])
+def test_cuda_big_occupancy_dtypes(dtype, B, grid, rng):
+    check_big(big_case(rng, "dense", grid, B=B, N=20_000 if B > 4 else 40_000, dtype=dtype))
+
+
+@pytest.mark.parametrize("pdtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("form", ["dense", "ragged", "single"])
+def test_cuda_big_occupancy_forms(form, pdtype, rng):
+    """Non-cubic grids with anisotropic voxels, lengths padding, ragged batches
+    with an empty cloud, one unbatched cloud; every points dtype (float32 ones
+    contiguous: the 16-byte point loads)."""
+    B, grid = (1, (256, 192, 176)) if form == "single" else (4, (160, 96, 144))
+    check_big(big_case(rng, form, grid, B=B, pdtype=pdtype))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+def test_cuda_big_occupancy_unaligned_out(dtype, rng):
+    """out= one element into a buffer (not 16-byte aligned): the scalar store
+    loop, same bits; the elements either side of the view stay untouched."""
+    B = {"uint8": 1, "float16": 1, "float32": 4, "float64": 1}[dtype]
+    grid = {"uint8": (257, 255, 513), "float16": (181, 181, 513), "float32": (160, 96, 144),
+            "float64": (129, 127, 257)}[dtype]
+    case = big_case(rng, "ragged", grid, B=B, dtype=dtype)
+    t = case.arrays("torch")
+    g = {k: on(v, "cuda") for k, v in t.items()}
+    ref, ref_dropped = case.reference()
+    numel = math.prod(ref.shape)
+    flat = poisoned((numel + 2,), dtype, g["points"])
+    buf = flat[1:numel + 1].view(ref.shape)
+    assert buf.data_ptr() % 16 != 0
+    out, dropped = robocache.voxelize(g["points"], **case.kwargs(g, out=buf, return_dropped=True))
+    assert out is buf
+    case.assert_matches(buf, ref, buf)
+    assert_bitwise(buf, robocache.voxelize(t["points"], **case.kwargs(t)), "unaligned out= " + case.msg)
+    assert_equal(to_numpy(dropped).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+    raw, es = flat.view(torch.uint8), flat.element_size()
+    assert bool((raw[:es] == 0xFF).all()) and bool((raw[-es:] == 0xFF).all()), "wrote outside out="
+
+
+def test_cuda_big_occupancy_all_points_dropped(rng):
+    """NaN, inf and out-of-range points only: a poisoned out= becomes all zero,
+    every point is counted as dropped."""
+    B, N, grid = 4, 5000, (160, 96, 144)
+    o, v = np.asarray(BIG_ORIGIN), np.asarray(BIG_VOXEL)
+    g3 = np.asarray(grid)
+    p = o + rng.uniform(0, 1, (B, N, 3)) * g3 * v
+    axis = rng.integers(0, 3, (B, N))
+    kind = rng.integers(0, 4, (B, N))
+    below, above = (o - 0.5 * v)[axis], (o + (g3 + 0.5) * v)[axis]  # half a voxel outside either end
+    bad = np.choose(kind, [below, above, np.full((B, N), np.nan), np.full((B, N), np.inf)])
+    np.put_along_axis(p, axis[..., None], bad[..., None], axis=2)
+    pts = torch.from_numpy(p.astype(np.float32)).cuda()
+    kw = dict(grid=grid, voxel_size=BIG_VOXEL, origin=BIG_ORIGIN)
+    buf = poisoned((B,) + grid, "float32", pts)
+    out, dropped = robocache.voxelize(pts, out=buf, return_dropped=True, **kw)
+    assert out is buf
+    assert not bool(buf.any()), "voxels set (or poison left) although every point was dropped"
+    assert dropped.tolist() == [N] * B
+    ref, ref_dropped = voxelize_ref(p.astype(np.float32), **kw)
+    assert_equal(buf, ref)
+    assert_equal(dropped, ref_dropped)
+
+
+def test_cuda_big_occupancy_repeatable_and_frees_its_bitmap(rng):
+    """Runs agree bit for bit; the bitmap workspace goes back to torch: after the
+    call only the output is held."""
+    case = big_case(rng, "ragged", (128, 128, 128), B=4, N=100_000)
+    g, first = check_big(case)
+    kw = case.kwargs(g)
+    torch.cuda.synchronize()
+    m0 = torch.cuda.memory_allocated()
+    out = robocache.voxelize(g["points"], **kw)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - m0 == out.numel() * out.element_size(), "bitmap workspace still held"
+    assert_bitwise(out, first, case.msg)
+
+
+def test_cuda_big_occupancy_other_stream_waits(rng, sleep_cycles):
+    """The bitmap is a workspace from torch's allocator, which orders its reuse on
+    the current stream: on another stream= the call waits (as sum/mean/max do);
+    on the current stream it does not."""
+    case = big_case(rng, "dense", (128, 128, 128), B=4, N=5000)
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    ref = case.reference()[0]
+    robocache.voxelize(g["points"], **case.kwargs(g))  # warm-up
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(sleep_cycles)
+    out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
+    assert s.query(), "the bitmap workspace was released while stream s still used it"
+    junk = torch.full((1 << 22,), float("nan"), device="cuda")  # reuses freed blocks at once
+    del junk
+    case.assert_matches(out, ref, out)
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(sleep_cycles)
+        out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
+        busy = not s.query()
+    s.synchronize()
+    assert busy, "stream= equal to the current stream must not sync"
+    case.assert_matches(out, ref, out)
 
 
 # ----------------------------------------------------------------------------

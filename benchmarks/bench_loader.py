@@ -8,7 +8,9 @@ Sets (each checked first: the contenders' batches equal robocache's for the same
   multirate         generated: joints 100 Hz [10,14] mean/std, camera 30 Hz [2,3,96,96],
                     point clouds 10 Hz (4096 points) voxelized to 64^3 occupancy, actions 50 Hz [16,7]
 Contenders:
-  robocache         robocache.DataLoader on the GPU-resident Dataset (side-stream prefetch)
+  robocache         robocache.DataLoader on the GPU-resident Dataset (side-stream prefetch, full
+                    batches replayed from a CUDA graph)
+  robocache eager   the same with cuda_graph=False (every batch launched op by op from Python)
   torch DL          torch.utils.data.DataLoader, --workers workers, pin_memory, NumPy windows in
                     __getitem__ (robocache/torch_reference.py), batches copied to the GPU
   torch GPU gather  plain PyTorch on GPU-resident tensors: randint, index arithmetic, clamp, gather,
@@ -22,6 +24,7 @@ latency (next() until the batch is on the GPU, p50), and inside a GR00T-style tr
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -265,6 +268,7 @@ def main(argv=None) -> int:
     for name, cpu_ds, w, anchor in sets:
         gpu_ds = cpu_ds.to(dev)
         rc = robocache.DataLoader(gpu_ds, B, seed=0, windows=w, drop_last=True)
+        rce = robocache.DataLoader(gpu_ds, B, seed=0, windows=w, drop_last=True, cuda_graph=False)
         tdl = make_torch_loader(cpu_ds, w, B, seed=0, num_workers=args.workers, pin_memory=True,
                                 drop_last=True, persistent_workers=args.workers > 0,
                                 prefetch_factor=4 if args.workers else None)
@@ -273,9 +277,13 @@ def main(argv=None) -> int:
         first = next(iter(rc))
         same(first, next(iter(tdl)), w.keys(), "torch DL")
         same(first, gg.batch(B, rc.order(0)[:B]), w.keys(), "torch GPU gather")
+        rc.set_epoch(0)
+        for x, y in zip(itertools.islice(iter(rc), 4), itertools.islice(iter(rce), 4)):
+            same(x, y, x.keys(), "robocache eager")      # batches 2-4 come from the graph
 
         rows = {}
         rows["robocache"] = throughput(endless(lambda: iter(rc)), B, n, warm=5)
+        rows["robocache eager"] = throughput(endless(lambda: iter(rce)), B, n, warm=5)
         rows["torch GPU gather"] = throughput(iter(lambda: gg.batch(B), None), B, n, warm=5)
         nt = max(10, n // (5 if name != "picknplace" else 2))
         rows["torch DL"] = throughput(to_gpu(endless(lambda: iter(tdl)), dev), B, nt, warm=2 * args.workers + 2)
@@ -283,14 +291,22 @@ def main(argv=None) -> int:
             results["rows"].append({"set": name, "loader": who, **r})
         if name == "picknplace+frame" and dev.type == "cuda":
             fixed = {k: v.clone() for k, v in first.items()}
-            steps = 20 if args.quick else 100
-            trained = {
-                "fixed batch": train_loop(iter(lambda: fixed, None), steps, 5, dev),
-                "robocache": train_loop(endless(lambda: iter(rc)), steps, 5, dev),
-                "torch GPU gather": train_loop(iter(lambda: gg.batch(B), None), steps, 5, dev),
-                "torch DL": train_loop(to_gpu(endless(lambda: iter(tdl)), dev), steps, 2 * args.workers + 2, dev),
+            steps = 20 if args.quick else 200
+            loops = {
+                "fixed batch": (lambda: iter(lambda: fixed, None), 5),
+                "robocache": (lambda: endless(lambda: iter(rc)), 5),
+                "robocache eager": (lambda: endless(lambda: iter(rce)), 5),
+                "torch GPU gather": (lambda: iter(lambda: gg.batch(B), None), 5),
+                "torch DL": (lambda: to_gpu(endless(lambda: iter(tdl)), dev), 2 * args.workers + 2),
             }
-        del tdl, rc, gg, gpu_ds
+            # rounds in turn, median step per loader: clocks and host noise drift over a run, and
+            # the loader cost is a difference of a few percent
+            runs = {who: [] for who in loops}
+            for _ in range(1 if args.quick else 3):
+                for who, (batches, warm) in loops.items():
+                    runs[who].append(train_loop(batches(), steps, warm, dev))
+            trained = {who: sorted(r, key=lambda x: x["step_ms"])[len(r) // 2] for who, r in runs.items()}
+        del tdl, rc, rce, gg, gpu_ds
 
     print(f"\n{'set':18s} {'loader':18s} {'samples/s':>12s} {'latency p50':>12s} {'vs torch DL':>12s} {'vs gather':>10s}")
     for name in dict.fromkeys(r["set"] for r in results["rows"]):

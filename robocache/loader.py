@@ -18,6 +18,8 @@ reads the device back: no host sync per batch. See docs/loader.md.
 from __future__ import annotations
 
 import math
+import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -310,15 +312,15 @@ def _run_cloud(p: _Plan, ds: Dataset, episodes, new_times):
     return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
 
 
-def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
+def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, late: dict | None = None) -> None:
     """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch;
-    ``new_times [B, T]`` float64 (a strided view)."""
+    ``new_times [B, T]`` float64 (a strided view). With ``late`` (a CUDA graph capture), frames
+    whose conversion is one elementwise pass are left as gathered and ``late[key]`` finishes them
+    after each replay (batch_graph.py)."""
     torch = _torch()
     if p.voxel is not None:
         x, pad = _run_cloud(p, ds, episodes, new_times)
-        if p.dtype is not None and x.dtype != p.dtype:
-            x = x.to(p.dtype)
-        out[p.key], out[p.key + "_is_pad"] = x, pad
+        out[p.key], out[p.key + "_is_pad"] = _cast(p, x), pad
         return
     if p.fused:
         from ._C import fuse
@@ -330,20 +332,27 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
                              tolerance=p.tolerance)
     if p.zero_pad:
         x = x.masked_fill(pad.reshape(pad.shape + (1,) * (x.dim() - 2)), 0)
+    if p.image and late is not None and p.resize is None and p.layout == "BTCHW":
+        out[p.key], out[p.key + "_is_pad"] = x, pad
+        late[p.key] = lambda x: _cast(p, _image(p, x))
+        return
     if p.image:
         x = _image(p, x)
     if p.scale is not None:
         x = (x.to(torch.float32) - p.center) * p.scale
         if p.clip:
             x = x.clamp_(-1.0, 1.0)
-    if p.dtype is not None and x.dtype != p.dtype:
-        x = x.to(p.dtype)
+    x = _cast(p, x)
     if p.pad:
         x = torch.nn.functional.pad(x, (0, p.pad))
     out[p.key] = x
     out[p.key + "_is_pad"] = pad
     if p.dim_mask is not None:
         out[p.key + "_dim_mask"] = p.dim_mask.expand(x.shape)
+
+
+def _cast(p: _Plan, x):
+    return x.to(p.dtype) if p.dtype is not None and x.dtype != p.dtype else x
 
 
 def _image(p: _Plan, x):
@@ -488,6 +497,11 @@ class DataLoader:
         ``device``. Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
         holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
         with fewer samples wrap (or all cut to the smallest with ``drop_last``).
+    cuda_graph : bool
+        On CUDA, capture one batch's launches in a CUDA graph (at the second batch) and replay it
+        for every full batch: the host cost of a batch no longer grows with the number of keys.
+        The graph's static memory (one batch of intermediates) stays allocated with the loader.
+        Batches are the same either way; False makes every batch with eager launches.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -502,7 +516,8 @@ class DataLoader:
                  persistent_workers: bool | None = None, prefetch_factor: int | None = None,
                  worker_init_fn: Callable | None = None, timeout: float | None = None,
                  multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None,
-                 rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False):
+                 rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False,
+                 cuda_graph: bool = True):
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
@@ -557,6 +572,10 @@ class DataLoader:
         # position: the next iter() starts batch `_batch` of epoch `_epoch` when `_fresh`
         # (after construction, set_epoch or load_state_dict), else the next epoch from its start
         self._epoch, self._batch, self._fresh = 0, 0, True
+        # CUDA: full batches replay a captured graph (batch_graph.py); built at the second batch
+        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
+        self._graph, self._tables, self._side, self._warm = None, None, None, False
+        self._graph_lock = threading.Lock()
 
     # --- samples -------------------------------------------------------------------------
 
@@ -676,12 +695,14 @@ class DataLoader:
 
     def _make(self, episodes, times, k: int) -> dict:
         a = k * self.batch_size
-        ep, t = episodes[a:a + self.batch_size], times[a:a + self.batch_size]
+        return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size])
+
+    def _make_batch(self, ep, t, late: dict | None = None) -> dict:
         out: dict = {}
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
         for p, (a, b) in zip(self._plans, self._columns):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out)
+            _run_plan(p, self.dataset, ep, targets[:, a:b], out, late)
         return out
 
     def __iter__(self) -> Iterator[dict]:
@@ -693,9 +714,25 @@ class DataLoader:
             return self._iter_cuda(epoch, start, n)
         return self._iter_cpu(epoch, start, n)
 
-    def _epoch_tables(self, epoch: int):
+    def _epoch_tables(self, epoch: int, static: bool = False):
+        """Episode and anchor time of each sample in the epoch's order; ``static``: written into
+        the buffers a captured batch graph reads."""
         order = self._order(epoch)
-        return self._episode[order], self._time[order]
+        if not static:
+            return self._episode[order], self._time[order]
+        torch = _torch()
+        n = int(order.shape[0])
+        if self._tables is None or int(self._tables[0].shape[0]) != n:
+            if self._graph is not None:
+                # a sampler whose length changed: the graph reads the old tables. Rare; let its
+                # queued replays finish before its memory pool goes back to the allocator
+                torch.cuda.current_stream(self.device).synchronize()
+                self._graph = None
+            self._tables = (torch.empty(n, dtype=torch.int64, device=self.device),
+                            torch.empty(n, dtype=torch.float64, device=self.device))
+        torch.index_select(self._episode, 0, order, out=self._tables[0])
+        torch.index_select(self._time, 0, order, out=self._tables[1])
+        return self._tables
 
     def _hand_over(self, batch: dict):
         if self.collate_fn is not None:
@@ -711,28 +748,63 @@ class DataLoader:
     def _iter_cuda(self, epoch, start, n):
         torch = _torch()
         consumer = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
+        if self._side is None:
+            self._side = torch.cuda.Stream(self.device)
+            self._events = (torch.cuda.Event(), torch.cuda.Event())
+        side = self._side
         side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
-
-        def prepare(k):
+        # one iterator at a time replays the graph (it owns the static tables and the cursor);
+        # a second live iterator of the same loader makes its batches eagerly
+        graphed = self.cuda_graph and self._graph_lock.acquire(blocking=False)
+        try:
             with torch.cuda.stream(side):
-                batch = self._make(episodes, times, k)
-                ready = torch.cuda.Event()
-                ready.record(side)
-            return batch, ready
+                episodes, times = self._epoch_tables(epoch, static=graphed)
+                if graphed and self._graph is not None:
+                    self._graph.reset(start)
+            full = self.num_samples // self.batch_size      # batches of batch_size samples
 
-        with torch.cuda.stream(side):
-            episodes, times = self._epoch_tables(epoch)
-        nxt = prepare(start) if start < n else None
-        for k in range(start, n):
-            batch, ready = nxt
-            nxt = prepare(k + 1) if k + 1 < n else None    # enqueued before the consumer's work on k
-            consumer.wait_event(ready)
-            for v in batch.values():
-                # made on `side`, used on the consumer's stream: the allocator must not hand the
-                # memory back to `side` before the consumer's work on it has run
-                v.record_stream(consumer)
-            yield self._hand_over(batch)
+            def prepare(k):
+                with torch.cuda.stream(side):
+                    if graphed and k < full and self._graph is None and self._warm:
+                        self._capture(episodes, times, k)
+                    if graphed and k < full and self._graph is not None:
+                        batch, owners = self._graph()
+                    else:                       # eager: the first batch (warm-up), the last short one
+                        batch = self._make(episodes, times, k)
+                        owners = list(batch.values())
+                        self._warm = True
+                    # two events in turn: batch k's is waited on after batch k+1's is recorded
+                    ready = self._events[k % 2]
+                    ready.record(side)
+                return batch, owners, ready
+
+            nxt = prepare(start) if start < n else None
+            for k in range(start, n):
+                batch, owners, ready = nxt
+                nxt = prepare(k + 1) if k + 1 < n else None    # enqueued before the consumer's work on k
+                consumer.wait_event(ready)
+                for v in owners:
+                    # made on `side`, used on the consumer's stream: the allocator must not hand the
+                    # memory back to `side` before the consumer's work on it has run
+                    v.record_stream(consumer)
+                yield self._hand_over(batch)
+        finally:
+            if graphed:
+                self._graph_lock.release()
+
+    def _capture(self, episodes, times, k: int) -> None:
+        """Capture a batch graph over the static tables (after one eager batch: every kernel
+        loaded, every lazy table built); on failure, warn once and stay eager."""
+        from .batch_graph import BatchGraph
+        try:
+            self._graph = BatchGraph(self._make_batch, (episodes, times), self.batch_size)
+        except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
+            self.cuda_graph = False
+            warnings.warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); "
+                          "batches are made without it (cuda_graph=False silences this)", RuntimeWarning,
+                          stacklevel=3)
+            return
+        self._graph.reset(k)
 
     def __repr__(self) -> str:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"

@@ -157,3 +157,129 @@ def test_cuda_shards_equal_cpu_shards(pair):
             assert torch.equal(x["joints"], y["joints"].cpu())
         for x, y in zip(c, b):
             assert torch.equal(x["joints"], y["joints"].cpu())
+
+
+# --- the CUDA graph path (batch_graph.py): full batches replay one captured graph ----------
+
+
+def graph_windows():
+    return {**windows(), "pix": Window("camera", offsets=[0.0, 0.05], layout="BTCHW", dtype=torch.float16)}
+
+
+def collect(loader, epochs=2):
+    """Every batch of `epochs` epochs, kept (not cloned): a replay must not overwrite a batch
+    handed out before."""
+    return [b for _ in range(epochs) for b in loader]
+
+
+@pytest.mark.parametrize("large", [None, 0])
+def test_graph_batches_equal_eager(pair, monkeypatch, large):
+    from robocache import batch_graph
+    if large is not None:     # every output through the one-by-one copies instead of the packed buffer
+        monkeypatch.setattr(batch_graph, "LARGE", large)
+    _, gpu = pair
+    n = DataLoader(gpu, 1, windows=graph_windows()).num_samples
+    B = next(b for b in (7, 8, 9, 11) if n % b)       # a short last batch (made eagerly)
+    g = DataLoader(gpu, B, seed=5, windows=graph_windows())
+    e = DataLoader(gpu, B, seed=5, windows=graph_windows(), cuda_graph=False)
+    got, want = collect(g), collect(e)
+    assert g._graph is not None and e._graph is None
+    torch.cuda.synchronize()
+    assert len(got) == len(want) == 2 * len(g)
+    for x, y in zip(got, want):
+        assert list(x) == list(y)
+        for k in x:
+            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
+            assert torch.equal(x[k], y[k]), k
+            if not k.endswith("_dim_mask"):      # (eager: a broadcast view; graph: a copy)
+                live = lambda t: [st for n, st in zip(t.shape, t.stride()) if n > 1]
+                assert live(x[k]) == live(y[k]), k
+
+
+def test_graph_point_clouds_equal_eager(cloud_pair):
+    _, gpu = cloud_pair
+    g = DataLoader(gpu, 6, seed=8, windows=cloud_windows())
+    e = DataLoader(gpu, 6, seed=8, windows=cloud_windows(), cuda_graph=False)
+    got, want = collect(g), collect(e)
+    assert g._graph is not None
+    for x, y in zip(got, want):
+        for k in x:
+            assert torch.equal(x[k], y[k]), k
+
+
+def test_graph_capture_without_host_sync(pair):
+    """The capture itself (batch 2 of a fresh loader) and every replay run under sync debug."""
+    _, gpu = pair
+    loader = DataLoader(gpu, 16, seed=1, windows=graph_windows())
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        n = sum(1 for _ in loader) + sum(1 for _ in loader)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert loader._graph is not None and n == 2 * len(loader)
+
+
+def test_graph_interrupted_iterators_and_resume(pair):
+    """Breaking out mid-epoch, a second live iterator (made eagerly), resume into a loader whose
+    graph was captured at another batch: batch for batch the eager loader's."""
+    _, gpu = pair
+    mk = lambda **kw: DataLoader(gpu, 5, seed=3, windows=windows(), **kw)
+    want = [b for b in mk(cuda_graph=False)]
+    loader = mk()
+    it = iter(loader)
+    first = [next(it) for _ in range(4)]           # eager, capture, replay, replay
+    other = iter(mk())                               # another loader's graph meanwhile
+    next(other)
+    second = iter(loader)                            # the graph is busy: eager, and a new epoch
+    assert loader._graph is not None
+    nxt = next(second)
+    del it                                           # frees the graph for the next iterator
+    for x, y in zip(first, want[:4]):
+        assert all(torch.equal(x[k], y[k]) for k in x)
+    e1 = mk(cuda_graph=False)
+    e1.set_epoch(1)
+    want1 = list(e1)
+    assert all(torch.equal(nxt[k], want1[0][k]) for k in nxt)
+    state = None
+    for i, b in enumerate(second, start=1):
+        assert all(torch.equal(b[k], want1[i][k]) for k in b), i
+        if i == 6:
+            state = loader.state_dict()
+            break
+    resumed = mk()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(want1) - 7
+    for x, y in zip(rest, want1[7:]):
+        assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+class Shrinking:
+    """A sampler whose length changes every epoch (the graph's tables are re-made)."""
+
+    def __init__(self, n):
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, e):
+        self.epoch = e
+
+    def __len__(self):
+        return self.n - 3 * self.epoch
+
+    def __iter__(self):
+        return iter(np.random.default_rng(self.epoch).permutation(self.n)[:len(self)].tolist())
+
+
+def test_graph_sampler_length_changes(pair):
+    _, gpu = pair
+    n = DataLoader(gpu, 4, windows=windows()).num_samples
+    g = DataLoader(gpu, 4, shuffle=False, sampler=Shrinking(n), windows=windows())
+    e = DataLoader(gpu, 4, shuffle=False, sampler=Shrinking(n), windows=windows(), cuda_graph=False)
+    for epoch in range(3):
+        g.set_epoch(epoch)
+        e.set_epoch(epoch)
+        got, want = list(g), list(e)
+        assert len(got) == len(want) == -(-(n - 3 * epoch) // 4)
+        for x, y in zip(got, want):
+            assert all(torch.equal(x[k], y[k]) for k in x)

@@ -352,7 +352,9 @@ expand_kernel(U *out, const uint32_t *__restrict__ words, int64_t n, U one, int 
                 const int j = step * 32 + lane; /* vector within the group */
                 const uint32_t word = __shfl_sync(0xffffffffu, mine, (j * E) >> 5);
                 const int64_t gj = grp * (64 * (int64_t)sizeof(U)) + j;
-                if (gj < nvec) o4[gj] = expand16<U>(word >> ((j * E) & 31), one);
+                /* streaming (evict-first) stores: the grid passes through L2 once and should
+                 * not push out the bitmap words still to be read */
+                if (gj < nvec) __stcs(o4 + gj, expand16<U>(word >> ((j * E) & 31), one));
             }
         }
     }

@@ -12,7 +12,8 @@ Per epoch the order (a permutation of the sample table, or the ``sampler``'s ind
 the host once, copied to the device once, and the per-sample episode/anchor tables are gathered
 once; a batch is then a slice of those (a view) plus the window launches. On CUDA batch k+1 is
 enqueued on a side stream before batch k is handed over (events + ``record_stream``), and nothing
-reads the device back: no host sync per batch. See docs/loader.md.
+reads the device back: no host sync per batch; full batches replay one captured CUDA graph
+(batch_graph.py). See docs/loader.md.
 """
 
 from __future__ import annotations

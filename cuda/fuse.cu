@@ -78,7 +78,7 @@ rc_status launch(const rc_fuse_args &a, int device, cudaStream_t stream) {
     const int64_t units = (a.out_features * es + 15) / 16;
     int64_t tile;
     int L;
-    rc::choose_tile(&tile, &L, a.batch, a.targets, units, kMaxTile, device);
+    rc::choose_tile(&tile, &L, a.batch, a.targets, units, 2048, kMaxTile, device);
     const int64_t tiles_per_row = (a.targets + tile - 1) / tile;
     const int64_t blocks = a.batch * tiles_per_row;
     if (blocks > INT32_MAX) return rc_fail(RC_ERR_VALUE, "fuse: batch * targets too large");

@@ -19,7 +19,7 @@ using rc::kThreads;
 using rc::kMaxTile;
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 8) /* 8 blocks per SM: overlap phase 1 with phase 2 */
 resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row, bool vec,
                 int64_t chunk) {
     __shared__ int64_t s_r0[kMaxTile], s_r1[kMaxTile];
@@ -69,7 +69,13 @@ rc_status launch(const rc_resample_args &a, int device, cudaStream_t stream) {
     const int64_t units = vec ? a.features * es / 16 : a.features;
     int64_t tile;
     int L;
-    rc::choose_tile(&tile, &L, a.batch, a.targets, units, 128, device);
+    /* 2-byte values: 4096 units (64 KiB) per block, up to kMaxTile targets. Their block does
+     * half the bytes per located target, and its fixed cost showed on B64 S16384 T4096 D128
+     * bf16 (97 / 77 / 69 / 66 us at 32 / 64 / 128 / 256 targets per block); float32 is best
+     * at 2048 / 128 (docs/perf-notes.md v9) */
+    const bool narrow = es <= 2;
+    rc::choose_tile(&tile, &L, a.batch, a.targets, units, narrow ? 4096 : 2048, narrow ? kMaxTile : 128,
+                    device);
     const int64_t tiles_per_row = (a.targets + tile - 1) / tile;
     const int64_t blocks = a.batch * tiles_per_row;
     if (blocks > INT32_MAX) return rc_fail(RC_ERR_VALUE, "resample: batch * targets too large");

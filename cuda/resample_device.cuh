@@ -78,14 +78,34 @@ __host__ __device__ __forceinline__ bool aligned16(const void *p) {
 
 /* ---- phase 2: write the tile's rows ---------------------------------------------------- */
 
+/* Thread k of a phase-2 loop takes units k, k + kThreads, ... of the tile (unit c of target
+ * i at k = i * units + c). The next (i, c) comes from a carry instead of a division per unit:
+ * an integer division is ~25 instructions, more than the rest of a 16-byte copy. */
+struct UnitWalk {
+    int i, c, di, dc, units;
+    __device__ explicit UnitWalk(int units_) : units(units_) {
+        i = threadIdx.x / units;
+        c = threadIdx.x - i * units;
+        di = kThreads / units;
+        dc = kThreads - di * units;
+    }
+    __device__ void next() {
+        i += di;
+        c += dc;
+        if (c >= units) {
+            c -= units;
+            i++;
+        }
+    }
+};
+
 /* Copy modes and edge/exact hits: `units` of U per target, source unit stride `su`. */
 template <typename U>
 __device__ void copy_rows(U *out, int64_t out_stride, const void *values, int es, const Tile &t,
                           int units, int64_t su) {
-    const int n = t.count * units;
 #pragma unroll 4
-    for (int k = threadIdx.x; k < n; k += kThreads) {
-        int i = k / units, c = k - i * units;
+    for (UnitWalk u(units); u.i < t.count; u.next()) {
+        const int i = u.i, c = u.c;
         int64_t r = t.r0[i];
         U v;
         if (r >= 0) v = ((const U *)((const char *)values + r * es))[c * su];
@@ -99,10 +119,9 @@ template <typename T, int N>
 __device__ void lerp_rows(Vec<T, N> *out, int64_t out_stride, const T *values, const Tile &t,
                           int units, int64_t su) {
     using V = Vec<T, N>;
-    const int n = t.count * units;
 #pragma unroll 4
-    for (int k = threadIdx.x; k < n; k += kThreads) {
-        int i = k / units, c = k - i * units;
+    for (UnitWalk u(units); u.i < t.count; u.next()) {
+        const int i = u.i, c = u.c;
         int64_t r0 = t.r0[i], r1 = t.r1[i];
         double w = t.w[i];
         V o;
@@ -283,12 +302,13 @@ inline int sm_count(int device) {
     return n;
 }
 
-/* Tile of targets per block and search lanes per target: ~2048 units of phase-2 work per
- * block (so the search is amortized over enough bytes), at most `cap` targets, and small
- * enough that the grid covers every SM ~4 times; then as many lanes per target as fit. */
+/* Tile of targets per block and search lanes per target: ~`work` units of phase-2 work per
+ * block (so the search and the block's fixed cost are amortized over enough bytes), at most
+ * `cap` targets, and small enough that the grid covers every SM ~4 times; then as many lanes
+ * per target as fit. */
 inline void choose_tile(int64_t *tile, int *lanes, int64_t batch, int64_t targets,
-                        int64_t units, int64_t cap, int device) {
-    int64_t t = 2048 / (units > 0 ? units : 1);
+                        int64_t units, int64_t work, int64_t cap, int device) {
+    int64_t t = work / (units > 0 ? units : 1);
     const int64_t sms = sm_count(device);
     const int64_t fill = (batch * targets + 4 * sms - 1) / (4 * sms);
     if (t > cap) t = cap;

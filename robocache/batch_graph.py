@@ -40,6 +40,7 @@ class BatchGraph:
         # every tensor the graph reads stays referenced here: memory freed after the capture would
         # go back to the allocator while replays still read it (steps did, and read garbage rows)
         self.steps = torch.arange(batch_size, dtype=torch.int64, device=dev)
+        self.stream = torch.cuda.current_stream(dev)   # where the loader replays it
         self.graph = torch.cuda.CUDAGraph()
         # thread_local: other threads may keep using CUDA (and cudaMalloc) while this captures
         self.graph.capture_begin(capture_error_mode="thread_local")
@@ -81,6 +82,15 @@ class BatchGraph:
                 self.plan.append((k, "small", (x.dtype, x.shape, stride, offset)))
             else:
                 self.plan.append((k, "large", x))
+
+    def __del__(self):
+        # the graph's memory pool goes back to the caching allocator with it, for any stream to
+        # reuse: replays still queued (a prefetched batch nobody took, a loop left with break)
+        # must have run first. A host sync, but on teardown, not per batch.
+        try:
+            self.stream.synchronize()
+        except Exception:  # noqa: BLE001 - interpreter shutdown, a dead context: nothing to protect
+            pass
 
     def reset(self, batch: int) -> None:
         """The next replay makes batch ``batch`` of the tables."""

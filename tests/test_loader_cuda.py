@@ -283,3 +283,22 @@ def test_graph_sampler_length_changes(pair):
         assert len(got) == len(want) == -(-(n - 3 * epoch) // 4)
         for x, y in zip(got, want):
             assert all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_graph_teardown_waits_for_queued_replays(pair, sleep_cycles):
+    """A loader dropped with replays still queued (prefetched, never taken) waits for them
+    before the graph's memory pool goes back to the allocator (for any stream to reuse)."""
+    import gc
+    _, gpu = pair
+    loader = DataLoader(gpu, 8, seed=1, windows=graph_windows())
+    for _ in loader:                   # capture
+        pass
+    torch.cuda.synchronize()
+    torch.cuda._sleep(sleep_cycles)    # the consumer busy: the next replays queue behind it
+    it = iter(loader)
+    batch = next(it)                   # batch 0 handed over, batch 1 queued
+    side = loader._side
+    assert not side.query(), "the replays should still be queued behind the sleep"
+    del batch, it, loader
+    gc.collect()
+    assert side.query(), "the graph was freed while its replays were still queued"

@@ -389,32 +389,6 @@ def test_cuda_big_occupancy_repeatable_and_frees_its_bitmap(rng):
     assert_bitwise(out, first, case.msg)
 
 
-def test_cuda_big_occupancy_other_stream_waits(rng, sleep_cycles):
-    """The bitmap is a workspace from torch's allocator, which orders its reuse on
-    the current stream: on another stream= the call waits (as sum/mean/max do);
-    on the current stream it does not."""
-    case = big_case(rng, "dense", (128, 128, 128), B=4, N=5000)
-    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
-    ref = case.reference()[0]
-    robocache.voxelize(g["points"], **case.kwargs(g))  # warm-up
-    torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-    out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
-    assert s.query(), "the bitmap workspace was released while stream s still used it"
-    junk = torch.full((1 << 22,), float("nan"), device="cuda")  # reuses freed blocks at once
-    del junk
-    case.assert_matches(out, ref, out)
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
-        busy = not s.query()
-    s.synchronize()
-    assert busy, "stream= equal to the current stream must not sync"
-    case.assert_matches(out, ref, out)
-
-
 # ----------------------------------------------------------------------------
 # content checks
 
@@ -521,30 +495,35 @@ def test_runs_on_explicit_stream(handle, make_vox, sleep_cycles):
     case.assert_matches(out, case.reference()[0], out)
 
 
-def test_explicit_other_stream_with_workspace_is_safe(make_vox, sleep_cycles):
-    """sum/mean/max borrow a workspace from torch's allocator, which orders its
-    reuse on the current stream: on another stream= the call waits for its
-    kernels (documented), so later allocations cannot overwrite it."""
-    case = make_vox("ragged", "float32", "mean", B=8, N=400)
+@pytest.mark.parametrize("which", ["mean", "big occupancy"])
+def test_explicit_other_stream_with_workspace_is_safe(which, rng, make_vox, sleep_cycles):
+    """sum/mean/max and big-grid occupancy (its L2 bitmap) borrow a workspace from torch's
+    allocator, which orders its reuse on the current stream: on another stream= the call waits
+    for its kernels (documented), so later allocations cannot overwrite it; on the current
+    stream it does not wait."""
+    if which == "mean":
+        case = make_vox("ragged", "float32", "mean", B=8, N=400)
+    else:
+        case = big_case(rng, "dense", (128, 128, 128), B=4, N=5000)
     g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
-    robocache.voxelize(g["points"], **case.kwargs(g))
+    ref = case.reference()[0]
+    robocache.voxelize(g["points"], **case.kwargs(g))  # warm-up
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         torch.cuda._sleep(sleep_cycles)
     out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
     assert s.query(), "the workspace was released while stream s still used it"
-    junk = torch.full((1 << 20,), float("nan"), device="cuda")  # reuses freed blocks at once
+    junk = torch.full((1 << 22,), float("nan"), device="cuda")  # reuses freed blocks at once
     del junk
-    case.assert_matches(out, case.reference()[0], out)
-    # the same stream as torch's current one needs no wait
+    case.assert_matches(out, ref, out)
     with torch.cuda.stream(s):
         torch.cuda._sleep(sleep_cycles)
         out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
         busy = not s.query()
     s.synchronize()
     assert busy, "stream= equal to the current stream must not sync"
-    case.assert_matches(out, case.reference()[0], out)
+    case.assert_matches(out, ref, out)
 
 
 # ----------------------------------------------------------------------------

@@ -11,6 +11,8 @@ Contenders:
   robocache         robocache.DataLoader on the GPU-resident Dataset (side-stream prefetch, full
                     batches replayed from a CUDA graph)
   robocache eager   the same with cuda_graph=False (every batch launched op by op from Python)
+  torch DL, mp4 decode  (PickNPlace + frame) the LeRobot/GR00T default: each sample decodes its
+                    frame from the episode's mp4 in __getitem__ (OpenCV seek + read)
   torch DL          torch.utils.data.DataLoader, --workers workers, pin_memory, NumPy windows in
                     __getitem__ (robocache/torch_reference.py), batches copied to the GPU
   torch GPU gather  plain PyTorch on GPU-resident tensors: randint, index arithmetic, clamp, gather,
@@ -89,6 +91,50 @@ def multirate(quick: bool):
          "cloud": Window("lidar", indices=[0], rate=10, voxel=VOXEL),
          "action": Window("action", indices=range(16), rate=50, normalize="min_max")}
     return ds, w
+
+
+class Mp4Frames(torch.utils.data.Dataset):
+    """The LeRobot/GR00T default: each sample decodes its frame from the episode's mp4 in
+    ``__getitem__`` (OpenCV: open, seek, read, as LeRobot opens the file per sample); the
+    low-dim windows as the torch DL contender (NumPy)."""
+
+    def __init__(self, data: Path, ds, windows: dict, key: str):
+        import json
+        from robocache.torch_reference import WindowDataset
+        self.low = WindowDataset(ds, {k: w for k, w in windows.items() if k != key})
+        self.key = key
+        info = json.loads((data / "meta" / "info.json").read_text())
+        tmpl, chunk = info["video_path"], int(info.get("chunks_size", 1000))
+        self.paths = [str(data / tmpl.format(episode_chunk=e.index // chunk, video_key=IMAGE, episode_index=e.index))
+                      for e in ds.episodes]
+        # sample i (a frame of the anchor stream) -> nearest video frame of its episode
+        s, a = ds.streams[IMAGE], ds.streams[ds.anchor]
+        self.frame = np.empty(len(self.low), dtype=np.int64)
+        vo, ao = s._offsets_host, a._offsets_host
+        vt, at = s.times.cpu().numpy(), a.times.cpu().numpy()
+        for e in range(len(ds.episodes)):
+            ft, t = vt[vo[e]:vo[e + 1]], at[ao[e]:ao[e + 1]]
+            j = np.clip(np.searchsorted(ft, t), 1, len(ft) - 1)
+            self.frame[ao[e]:ao[e + 1]] = np.where(t - ft[j - 1] <= ft[j] - t, j - 1, j)
+
+    def __len__(self):
+        return len(self.low)
+
+    def __getitem__(self, i):
+        import cv2
+        out = self.low[i]
+        cap = cv2.VideoCapture(self.paths[int(self.low.episode[i])])
+        try:
+            cap.set(cv2.CAP_PROP_POS_FRAMES, int(self.frame[i]))
+            ok, bgr = cap.read()
+        finally:
+            cap.release()
+        if not ok:
+            raise RuntimeError(f"{self.paths[int(self.low.episode[i])]}: no frame {int(self.frame[i])}")
+        rgb = torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+        out[self.key] = rgb.permute(2, 0, 1)[None].float().div_(255)             # [1, 3, H, W]
+        out[self.key + "_is_pad"] = torch.zeros(1, dtype=torch.bool)
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,6 +251,27 @@ def to_gpu(it, dev):
         yield {k: v.to(dev, non_blocking=True) for k, v in b.items()}
 
 
+def mp4_row(args, ds, w, first, B, dev) -> dict:
+    """torch DataLoader decoding each sample's frame from the mp4 (few batches: ~200 samples/s).
+    Its frames are checked against robocache's (decoded once, whole videos, at load)."""
+    from robocache.torch_reference import EpochSampler
+    data = Mp4Frames(args.data, ds, w, "image")
+    dl = torch.utils.data.DataLoader(data, batch_size=B, sampler=EpochSampler(len(data), 0, 0, True),
+                                     num_workers=args.workers, pin_memory=True, drop_last=True,
+                                     persistent_workers=args.workers > 0, prefetch_factor=2 if args.workers else None)
+    b = next(iter(dl))
+    same(first, b, [k for k in w if k != "image"], "torch DL, mp4 decode")
+    # as 8-bit pixels: the two / 255 (CPU here, the GPU there) may differ in the last float bit
+    px = lambda x: (x.float().cpu() * 255).round().to(torch.uint8)
+    same_px = (px(b["image"]) == px(first["image"])).flatten(1).all(1)
+    print(f"  mp4 seek-decoded frames vs robocache's (decoded whole at load): "
+          f"{100 * same_px.float().mean().item():.0f}% of frames identical pixel for pixel")
+    n = 3 if args.quick else 6
+    r = throughput(to_gpu(endless(lambda: iter(dl)), dev), B, n, warm=args.workers)
+    del dl
+    return r
+
+
 def same(a: dict, b: dict, keys, what: str):
     for k in keys:
         x, y = a[k].cpu(), b[k].cpu()
@@ -287,6 +354,8 @@ def main(argv=None) -> int:
         rows["torch GPU gather"] = throughput(iter(lambda: gg.batch(B), None), B, n, warm=5)
         nt = max(10, n // (5 if name != "picknplace" else 2))
         rows["torch DL"] = throughput(to_gpu(endless(lambda: iter(tdl)), dev), B, nt, warm=2 * args.workers + 2)
+        if name == "picknplace+frame" and not args.cpu_smoke:
+            rows["torch DL, mp4 decode"] = mp4_row(args, cpu_ds, w, first, B, dev)
         for who, r in rows.items():
             results["rows"].append({"set": name, "loader": who, **r})
         if name == "picknplace+frame" and dev.type == "cuda":

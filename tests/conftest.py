@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,26 @@ def DATA():
     if not path.is_dir():
         pytest.skip(f"real-data folder {path} is not present")
     return path
+
+
+def sha256_tree(root) -> dict:
+    """{relative path: sha256} of every file under root (or of root itself, a file)."""
+    root = Path(root)
+    if root.is_file():
+        return {root.name: hashlib.sha256(root.read_bytes()).hexdigest()}
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def unchanged(DATA, name: str, what: str):
+    """Body of a fixture: yields DATA / name (skips when it is absent) and fails the module if
+    anything changed a byte of it (readers open sources read-only)."""
+    path = DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    before = sha256_tree(path)
+    yield path
+    assert sha256_tree(path) == before, f"a reader modified the {what} fixture"
 
 
 def read_euroc_imu(path):

@@ -15,7 +15,6 @@ unchecksummed HDF5 dataset reads as a different number) is not an error and is n
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import warnings
@@ -25,16 +24,9 @@ import numpy as np
 import pytest
 
 from robocache.readers import ReaderError, available_backends, read_lerobot, read_robomimic, read_zarr
+from conftest import sha256_tree, unchanged  # noqa: E402
 
 VIDEO = "observation.images.ego_view"
-
-
-def sha256_tree(root: Path) -> dict:
-    root = Path(root)
-    if root.is_file():
-        return {root.name: hashlib.sha256(root.read_bytes()).hexdigest()}
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def damage(path: Path, kind: str, rng) -> None:
@@ -84,22 +76,12 @@ def expect_reader_error(read, damaged: Path, root: Path, name_re: str, also=None
 
 @pytest.fixture(scope="module")
 def groot(DATA):
-    path = DATA / "groot_picknplace"
-    if not path.is_dir():
-        pytest.skip(f"{path} is not present")
-    before = sha256_tree(path)
-    yield path
-    assert sha256_tree(path) == before, "a reader modified the GR00T fixture"
+    yield from unchanged(DATA, "groot_picknplace", "GR00T")
 
 
 @pytest.fixture(scope="module")
 def pusht(DATA):
-    path = DATA / "pusht_cchi_v7_replay.zarr"
-    if not path.is_dir():
-        pytest.skip(f"{path} is not present")
-    before = sha256_tree(path)
-    yield path
-    assert sha256_tree(path) == before, "a reader modified the PushT fixture"
+    yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
 
 
 def dataset_cls():

@@ -57,13 +57,15 @@ def tiny_inputs(rng):
     """numpy arrays for one small call of each op (ragged resample/fuse, ragged voxelize)."""
     off = np.array([0, 7, 7, 20], np.int64)  # an empty episode in the middle
     t = np.concatenate([np.sort(rng.uniform(0, 1, 7)), np.sort(rng.uniform(0, 1, 13))])
+    points = rng.uniform(-0.2, 1.2, (30, 3)).astype(np.float32)
+    points[0] = rng.uniform(0.0, 0.99, 3)   # cloud 0 keeps a point in the grid (else ~1% of seeds: none)
     return {
         "values": rng.standard_normal((20, 3)).astype(np.float32),
         "quats": (lambda q: (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32))(
             rng.standard_normal((20, 4))),
         "times": t, "offsets": off, "index": np.array([0, 1, 2, 0], np.int64),
         "new_times": rng.uniform(-0.1, 1.1, (4, 5)),
-        "points": rng.uniform(-0.2, 1.2, (30, 3)).astype(np.float32),
+        "points": points,
         "features": rng.standard_normal((30, 2)).astype(np.float32),
         "cloud_offsets": np.array([0, 10, 10, 30], np.int64),
     }

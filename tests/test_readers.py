@@ -15,34 +15,20 @@ import pytest
 
 from robocache.readers import (ReaderError, available_backends, decode_video, read_lerobot, read_robomimic,
                                read_zarr)
+from conftest import unchanged  # noqa: E402
 
 GROOT_LENGTHS = [416, 470, 470, 412, 328]
 VIDEO = "observation.images.ego_view"
 
 
-def _sha256_tree(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @pytest.fixture(scope="module")
 def groot(DATA):
-    path = DATA / "groot_picknplace"
-    if not path.is_dir():
-        pytest.skip(f"{path} is not present")
-    before = _sha256_tree(path)
-    yield path
-    assert _sha256_tree(path) == before, "a reader modified the GR00T fixture"
+    yield from unchanged(DATA, "groot_picknplace", "GR00T")
 
 
 @pytest.fixture(scope="module")
 def pusht(DATA):
-    path = DATA / "pusht_cchi_v7_replay.zarr"
-    if not path.is_dir():
-        pytest.skip(f"{path} is not present")
-    before = _sha256_tree(path)
-    yield path
-    assert _sha256_tree(path) == before, "a reader modified the PushT fixture"
+    yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +129,29 @@ def unchanged(DATA, name: str, what: str):
     assert sha256_tree(path) == before, f"a reader modified the {what} fixture"
 
 
+# the real folders the reader tests open, hashed before and after each module (a module may
+# define its own `groot`, e.g. a loaded Dataset)
+@pytest.fixture(scope="module")
+def groot(DATA):
+    yield from unchanged(DATA, "groot_picknplace", "GR00T")
+
+
+@pytest.fixture(scope="module")
+def pusht(DATA):
+    yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
+
+
+def run_in_threads(work, args, timeout: float = 600):
+    """work(*a) on one thread per a in args, all started before any is joined; fails when a
+    thread is still running after `timeout` seconds."""
+    threads = [threading.Thread(target=work, args=a) for a in args]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=timeout)
+    assert not any(th.is_alive() for th in threads), "a thread hung"
+
+
 def read_euroc_imu(path):
     """'#timestamp [ns],w_x,...,a_z' CSV with CRLF lines -> (t int64 ns, values [N, 6] float64).
     The timestamps are parsed as Python ints, never through float: epoch ns exceed 2**53."""
@@ -203,8 +227,14 @@ def make_targets(rng, t, T, tdtype):
         far = np.array([lo - 10 * margin, hi + 10 * margin])
         if tdtype == "float32":
             far = np.round(far * 2048) / 2048
-    x = x.astype(tdtype)
-    kind = rng.choice(4, T, p=[0.45, 0.2, 0.25, 0.1])
+    return place_targets(rng, x.astype(tdtype), t, far, tdtype, p=[0.45, 0.2, 0.25, 0.1])
+
+
+def place_targets(rng, x, t, far, tdtype, p):
+    """Moves some of the targets x (in place; returned) onto the row's edge cases: with
+    probabilities p = (stay, exactly on a sample, midway between two samples, far outside at one
+    of the two `far` points)."""
+    kind = rng.choice(4, len(x), p=p)
     if len(t):
         on = kind == 1
         x[on] = t[rng.integers(0, len(t), on.sum())]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import robocache
+from conftest import run_in_threads
 from reference import resample_ref, to_numpy, voxelize_ref
 
 try:
@@ -249,12 +250,7 @@ def test_mixed_small_and_large_jobs_hammer_the_pool(rng, restore_threads):
                 failures.append(f"thread {k} call {i}: wrong result")
                 return
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=600)
-    assert not any(th.is_alive() for th in threads), "a thread hung"
+    run_in_threads(work, [(k,) for k in range(THREADS)])
     assert not failures, failures[:5]
 
 
@@ -414,11 +410,7 @@ def test_threads_iterating_their_own_loaders_equal_serial(rng, restore_threads):
         except Exception as e:  # noqa: BLE001
             failures.append(f"loader {k}: {e!r}")
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=600)
+    run_in_threads(work, [(k,) for k in range(THREADS)])
     assert not failures, failures
     for k in range(THREADS):
         loader = make(k)
@@ -468,12 +460,5 @@ def test_two_gpus_from_two_threads_equal_cpu(rng):
         except Exception as e:  # noqa: BLE001
             failures.append(f"{tag}: {e!r}")
 
-    threads = [threading.Thread(target=drive, args=("t0", ["cuda:0"])),
-               threading.Thread(target=drive, args=("t1", ["cuda:1"])),
-               threading.Thread(target=drive, args=("t2", ["cuda:1", "cuda:0"]))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=600)
-    assert not any(th.is_alive() for th in threads), "a thread hung"
+    run_in_threads(drive, [("t0", ["cuda:0"]), ("t1", ["cuda:1"]), ("t2", ["cuda:1", "cuda:0"])])
     assert not failures, failures[:5]

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from robocache.readers import ReaderError, available_backends, read_lerobot, read_robomimic, read_zarr
-from conftest import sha256_tree, unchanged  # noqa: E402
+from conftest import sha256_tree  # noqa: E402
 
 VIDEO = "observation.images.ego_view"
 
@@ -71,17 +71,7 @@ def expect_reader_error(read, damaged: Path, root: Path, name_re: str, also=None
 
 
 # ----------------------------------------------------------------------------
-# the real fixtures, hashed before and after this module
-
-
-@pytest.fixture(scope="module")
-def groot(DATA):
-    yield from unchanged(DATA, "groot_picknplace", "GR00T")
-
-
-@pytest.fixture(scope="module")
-def pusht(DATA):
-    yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
+# the real fixtures (`groot`, `pusht`: conftest.py) are hashed before and after this module
 
 
 def dataset_cls():

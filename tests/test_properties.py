@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import robocache  # noqa: E402
+from conftest import place_targets  # noqa: E402
 from reference import (ALL_DTYPES, COPY_MODES, FLOAT_DTYPES, SLERP_ATOL, TIME_DTYPES, assert_close,  # noqa: E402
                        bf16_round, dtype_name, modes_for, poisoned, resample_ref, snapshot, to_numpy, voxelize_ref)
 from test_voxelize import assert_voxels  # noqa: E402  (the voxelize suite's tolerance rules)
@@ -195,20 +196,7 @@ def make_row_targets(rng, t, T, tdtype, kind):
             x = rng.uniform(lo - margin, hi + margin, T)
             far = np.array([lo - 10 * margin, hi + 10 * margin])
         x = x.astype(tdtype)
-    kind_of = rng.choice(4, T, p=[0.4, 0.25, 0.25, 0.1])
-    if len(t):
-        on = kind_of == 1
-        x[on] = t[rng.integers(0, len(t), on.sum())]
-    if len(t) > 1:
-        mid = kind_of == 2
-        j = rng.integers(0, len(t) - 1, mid.sum())
-        if tdtype == "int64":
-            x[mid] = t[j] + (t[j + 1] - t[j]) // 2
-        else:
-            x[mid] = ((t[j].astype(np.float64) + t[j + 1]) / 2).astype(tdtype)
-    out = kind_of == 3
-    x[out] = far.astype(tdtype)[rng.integers(0, 2, out.sum())]
-    return x
+    return place_targets(rng, x, t, far, tdtype, p=[0.4, 0.25, 0.25, 0.1])
 
 
 # ----------------------------------------------------------------------------

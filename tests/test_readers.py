@@ -15,20 +15,9 @@ import pytest
 
 from robocache.readers import (ReaderError, available_backends, decode_video, read_lerobot, read_robomimic,
                                read_zarr)
-from conftest import unchanged  # noqa: E402
 
 GROOT_LENGTHS = [416, 470, 470, 412, 328]
 VIDEO = "observation.images.ego_view"
-
-
-@pytest.fixture(scope="module")
-def groot(DATA):
-    yield from unchanged(DATA, "groot_picknplace", "GR00T")
-
-
-@pytest.fixture(scope="module")
-def pusht(DATA):
-    yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
 
 
 @pytest.fixture(scope="module")

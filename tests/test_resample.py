@@ -7,12 +7,12 @@ writes into outputs poisoned with 0xFF bytes, so unwritten elements show.
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
 
 import robocache
+from conftest import run_in_threads
 from reference import (ALL_DTYPES, COPY_MODES, FLOAT_MODES, SLERP_ATOL, TIME_DTYPES, assert_close,
                        assert_equal, dtype_name, interp_ref, modes_for, poisoned, resample_ref, snapshot, to_numpy)
 
@@ -654,9 +654,5 @@ def test_concurrent_calls_from_python_threads(make_case, restore_threads):
         except Exception as e:  # noqa: BLE001 - reported below with its thread
             failures.append(f"thread {k}: {e!r}")
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_in_threads(work, [(k,) for k in range(4)])
     assert not failures, failures[:5]

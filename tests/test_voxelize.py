@@ -12,13 +12,13 @@ pass.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 import robocache
+from conftest import run_in_threads
 from reference import (assert_close, assert_equal, bf16_round, dtype_name, is_torch, poisoned, snapshot, to_numpy,
                        voxel_index_ref, voxelize_ref)
 
@@ -816,11 +816,7 @@ def test_concurrent_calls_from_python_threads(make_vox, restore_threads):
         except Exception as e:  # noqa: BLE001 - reported below with its thread
             failures.append(f"thread {k}: {e!r}")
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_in_threads(work, [(k,) for k in range(4)])
     assert not failures, failures[:5]
 
 

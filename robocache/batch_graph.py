@@ -60,24 +60,21 @@ class BatchGraph:
 
     def _pack(self, out: dict, late: dict) -> None:
         torch = _torch()
-        small = [k for k, x in out.items() if k not in late and x.numel() * x.element_size() < LARGE]
-        sizes = [out[k].numel() * out[k].element_size() for k in small]
-        starts, end = [], 0
-        for n in sizes:
-            starts.append(end)
-            end += -(-n // ALIGN) * ALIGN
-        dev = next(iter(out.values())).device
-        self.flat = torch.empty(end, dtype=torch.uint8, device=dev) if small else None
+        nbytes = {k: x.numel() * x.element_size() for k, x in out.items()}
+        small = [k for k in out if k not in late and nbytes[k] < LARGE]
+        room = lambda k: -(-nbytes[k] // ALIGN) * ALIGN
+        total = sum(room(k) for k in small)
+        self.flat = torch.empty(total, dtype=torch.uint8, device=self.cursor.device) if small else None
         self.dtypes = list(dict.fromkeys(out[k].dtype for k in small))
         self.plan = []                 # (key, how, what) in the eager dict's key order
+        at = 0
         for k, x in out.items():
             if k in late:
                 self.plan.append((k, "late", (x, late[k])))
             elif k in small:
-                a = starts[small.index(k)]
-                n = x.numel() * x.element_size()
                 stride = _dense_strides(x)        # keep channels-last frames channels-last
-                offset = a // x.element_size()
+                offset = at // x.element_size()
+                at += room(k)
                 self.flat.view(x.dtype).as_strided(x.shape, stride, offset).copy_(x)
                 self.plan.append((k, "small", (x.dtype, x.shape, stride, offset)))
             else:

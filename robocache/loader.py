@@ -724,11 +724,9 @@ class DataLoader:
         torch = _torch()
         n = int(order.shape[0])
         if self._tables is None or int(self._tables[0].shape[0]) != n:
-            if self._graph is not None:
-                # a sampler whose length changed: the graph reads the old tables. Rare; let its
-                # queued replays finish before its memory pool goes back to the allocator
-                torch.cuda.current_stream(self.device).synchronize()
-                self._graph = None
+            # a sampler whose length changed: the graph reads the old tables; dropping it waits
+            # for its queued replays (BatchGraph.__del__)
+            self._graph = None
             self._tables = (torch.empty(n, dtype=torch.int64, device=self.device),
                             torch.empty(n, dtype=torch.float64, device=self.device))
         torch.index_select(self._episode, 0, order, out=self._tables[0])
@@ -766,9 +764,10 @@ class DataLoader:
 
             def prepare(k):
                 with torch.cuda.stream(side):
-                    if graphed and k < full and self._graph is None and self._warm:
+                    replay = graphed and k < full
+                    if replay and self._graph is None and self._warm:
                         self._capture(episodes, times, k)
-                    if graphed and k < full and self._graph is not None:
+                    if replay and self._graph is not None:
                         batch, owners = self._graph()
                     else:                       # eager: the first batch (warm-up), the last short one
                         batch = self._make(episodes, times, k)

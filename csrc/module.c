@@ -83,6 +83,46 @@ static PyObject *build_info(PyObject *module, PyObject *unused) {
     return info;
 }
 
+PyDoc_STRVAR(graph_launch_doc,
+"_graph_launch(exec, stream, after, after_event, done, device)\n--\n\n"
+"The DataLoader's batch replay (robocache/batch_graph.py): `stream` waits for the work queued\n"
+"on `after` (recording `after_event` there), launches the cudaGraphExec_t `exec` on `stream`,\n"
+"records `done` after it. All arguments are raw CUDA handles as ints, all of `device`.");
+
+static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    rc_state *st = rc_get_state(module);
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "_graph_launch: expected 6 arguments, got %zd", nargs);
+        return NULL;
+    }
+    void *h[5];
+    for (int i = 0; i < 5; i++) {
+        h[i] = PyLong_AsVoidPtr(args[i]);
+        if (PyErr_Occurred()) return NULL;
+        /* a null stream is the legacy default stream (torch's default); a graph or event is not */
+        if (!h[i] && i != 1 && i != 2) {
+            PyErr_Format(PyExc_ValueError, "_graph_launch: argument %d is a null handle", i);
+            return NULL;
+        }
+    }
+    long device = PyLong_AsLong(args[5]);
+    if (device == -1 && PyErr_Occurred()) return NULL;
+    if (device < 0 || device > 1024) {
+        PyErr_Format(PyExc_ValueError, "_graph_launch: device: expected a CUDA device index, got %ld", device);
+        return NULL;
+    }
+#ifdef RC_WITH_CUDA
+    rc_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = rc_cuda_graph_launch(h[0], h[1], h[2], h[3], h[4], (int)device);
+    Py_END_ALLOW_THREADS
+    if (status != RC_OK) return rc_raise_status(st, status);
+    Py_RETURN_NONE;
+#else
+    return rc_no_cuda_error(st, "_graph_launch", (int)device);
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"resample", (PyCFunction)(void (*)(void))rc_py_resample, METH_FASTCALL | METH_KEYWORDS,
      rc_resample_doc_text},
@@ -93,6 +133,7 @@ static PyMethodDef methods[] = {
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
+    {"_graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, graph_launch_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
-/* cuda/runtime.cu: facts about the CUDA runtime and devices, for `python -m robocache info`
- * and robocache.build_info(). No kernels. */
+/* cuda/runtime.cu: facts about the CUDA runtime and devices (`python -m robocache info`,
+ * robocache.build_info()), and the stream/graph plumbing the glue and the DataLoader need.
+ * No kernels. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 
@@ -47,6 +48,22 @@ extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int devic
     if (e != cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)signaler);
     if (prev >= 0 && prev != device) cudaSetDevice(prev);
     return RC_CUDA_CHECK(e, "stream wait");
+}
+
+extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *after, void *after_event,
+                                          void *done, int device) {
+    /* one C call instead of four Python ones (stream context, wait, replay, record): this is the
+     * loader's whole per-batch host cost (docs/perf-notes.md, loader slots) */
+    rc_device_guard guard;
+    rc_status st = guard.enter(device);
+    if (st != RC_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    st = RC_CUDA_CHECK(cudaEventRecord((cudaEvent_t)after_event, (cudaStream_t)after), "cudaEventRecord");
+    if (st == RC_OK) st = RC_CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)after_event, 0), "cudaStreamWaitEvent");
+    if (st == RC_OK) st = RC_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, s), "cudaGraphLaunch");
+    if (st == RC_OK) st = RC_CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, s), "cudaEventRecord");
+    rc_status left = guard.leave();
+    return st != RC_OK ? st : left;
 }
 
 extern "C" int rc_cuda_driver_version(void) {

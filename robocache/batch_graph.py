@@ -1,87 +1,71 @@
-"""One batch's launches captured once in a CUDA graph, replayed for every full batch.
+"""Full batches as CUDA graph replays into a ring of static output slots.
 
-Why: a batch is ~15 small launches from Python (target times, one resample or fuse per key,
-casts, normalization, masks); their host time, not the GPU, is what a training step waits for
-(docs/perf-notes.md v8). Replayed, a batch costs one graph launch, one copy of the small
-outputs and one op per large output, whatever the number of keys.
+Why a graph: a batch is ~15 small launches from Python (target times, one resample or fuse per
+key, casts, normalization, masks); their host time is what a training step waits for
+(docs/perf-notes.md v8). A replay is one launch, whatever the number of keys.
 
-The graph reads the epoch's sample tables (static buffers the loader refills per epoch) at rows
-``cursor * B + arange(B)`` and increments the device-side ``cursor`` itself, so a replay needs
-no host input. Its outputs are static memory, overwritten by the next replay; the batch handed
-out must not be (the caller may keep it), so each replay is followed by copies into fresh
-tensors: the small outputs packed in one buffer copied with one ``clone`` and handed out as
-views of it; large ones cloned one by one; ``BTCHW`` frames converted from the static uint8
-gather by the same single pass the eager path uses (so no extra copy of the biggest output).
+Why slots: a batch handed out must stay as it is while the caller holds it. Copying each replay's
+outputs into fresh memory (allocation, the copy, ``record_stream``, the allocator's deferred
+frees) cost the GR00T-style training step 4-10%, where the same GPU work into static memory cost
+nothing measurable (docs/perf-notes.md, loader slots). So ``SLOTS`` copies of the graph are
+captured, each writing its own static outputs, and a replay goes to a slot that no handed-out
+batch still uses. The batch's tensors are fresh aliases of the slot's outputs; they, and any view
+the caller makes of them, hold a reference to the slot's storages, so a slot whose storages are
+back to the references this file keeps is free. When every slot is in use (a caller keeping
+batches, e.g. ``list(loader)``) the loader makes that batch eagerly, in fresh memory.
+
+The graphs read the epoch's sample tables (static buffers the loader refills per epoch) at rows
+``cursor * B + arange(B)`` and increment the shared device-side ``cursor``, so a replay needs no
+host input and any slot makes the next batch.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from ._C import _graph_launch
 from .dataset import _torch
 
-# outputs at least this big are copied out one by one instead of through the packed buffer
-# (their own copy is one pass; packing would add a second)
-LARGE = 1 << 20
-ALIGN = 16
+# a plain loop holds the previous batch while asking for the next, the loader holds the one it
+# hands out and prefetches one more: 3; one spare for a caller that looks one batch ahead (as
+# accelerate's loaders do)
+SLOTS = 4
+
+
+def supported() -> bool:
+    """Slots need the storage use count (to see a slot is free) and the raw graph handle (to
+    launch it without a stream switch in Python); torch has both since 2.6."""
+    torch = _torch()
+    return hasattr(torch._C, "_storage_Use_Count") and hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec")
 
 
 class BatchGraph:
-    """``make(episodes [B], times [B], late) -> dict`` captured over ``tables`` (episode [N]
-    int64, time [N] float64: the loader's static epoch tables) on the current stream, which must
-    not be the default stream. ``late[key] = finish`` marks outputs whose last op runs after the
-    replay: ``finish(static) -> fresh tensor``."""
+    """``make(episodes [B], times [B]) -> dict`` captured ``slots`` times over ``tables``
+    (episode [N] int64, time [N] float64: the loader's static epoch tables) on the current
+    stream, which must not be the default stream and is where the loader replays."""
 
-    def __init__(self, make: Callable, tables, batch_size: int):
+    def __init__(self, make: Callable, tables, batch_size: int, slots: int = SLOTS):
         torch = _torch()
         episodes, times = tables
         dev = episodes.device
+        self.device = dev.index if dev.index is not None else torch.cuda.current_device()
         self.cursor = torch.zeros((), dtype=torch.int64, device=dev)
-        # every tensor the graph reads stays referenced here: memory freed after the capture would
+        # every tensor the graphs read stays referenced here: memory freed after the capture would
         # go back to the allocator while replays still read it (steps did, and read garbage rows)
         self.steps = torch.arange(batch_size, dtype=torch.int64, device=dev)
-        self.stream = torch.cuda.current_stream(dev)   # where the loader replays it
-        self.graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads may keep using CUDA (and cudaMalloc) while this captures
-        self.graph.capture_begin(capture_error_mode="thread_local")
-        try:
-            rows = self.cursor * batch_size + self.steps
-            late: dict = {}
-            out = make(episodes.index_select(0, rows), times.index_select(0, rows), late)
-            self.cursor.add_(1)
-            self._pack(out, late)
-        except BaseException:
-            try:
-                self.graph.capture_end()
-            except Exception:       # the capture was invalidated: the first error is the one to see
-                pass
-            raise
-        self.graph.capture_end()
-
-    def _pack(self, out: dict, late: dict) -> None:
-        torch = _torch()
-        nbytes = {k: x.numel() * x.element_size() for k, x in out.items()}
-        small = [k for k in out if k not in late and nbytes[k] < LARGE]
-        room = lambda k: -(-nbytes[k] // ALIGN) * ALIGN
-        total = sum(room(k) for k in small)
-        self.flat = torch.empty(total, dtype=torch.uint8, device=self.cursor.device) if small else None
-        self.dtypes = list(dict.fromkeys(out[k].dtype for k in small))
-        self.plan = []                 # (key, how, what) in the eager dict's key order
-        at = 0
-        for k, x in out.items():
-            if k in late:
-                self.plan.append((k, "late", (x, late[k])))
-            elif k in small:
-                stride = _dense_strides(x)        # keep channels-last frames channels-last
-                offset = at // x.element_size()
-                at += room(k)
-                self.flat.view(x.dtype).as_strided(x.shape, stride, offset).copy_(x)
-                self.plan.append((k, "small", (x.dtype, x.shape, stride, offset)))
-            else:
-                self.plan.append((k, "large", x))
+        self.stream = torch.cuda.current_stream(dev)
+        # a pool per slot: in a shared one a later capture may place its outputs in memory an
+        # earlier slot uses for intermediates, which that slot's next replay would overwrite
+        self.slots = [_Slot(self, make, episodes, times, batch_size) for _ in range(slots)]
+        self.pending: set = set()        # replayed, not handed out yet: in use though unreferenced
+        self.after = torch.cuda.Event()  # the consumer's queue at a replay, which the replay waits for
+        self.after.record(self.stream)   # (torch creates the CUDA event at its first record)
+        self._handles = (self.stream.cuda_stream, self.after.cuda_event)
+        self._consumer = None
+        self._next = 0
 
     def __del__(self):
-        # the graph's memory pool goes back to the caching allocator with it, for any stream to
+        # the graphs' memory pool goes back to the caching allocator with them, for any stream to
         # reuse: replays still queued (a prefetched batch nobody took, a loop left with break)
         # must have run first. A host sync, but on teardown, not per batch.
         try:
@@ -90,42 +74,87 @@ class BatchGraph:
             pass
 
     def reset(self, batch: int) -> None:
-        """The next replay makes batch ``batch`` of the tables."""
+        """The next replay makes batch ``batch`` of the tables (enqueued on the current stream)."""
         self.cursor.fill_(batch)
 
-    def __call__(self):
-        """Replay on the current stream: ``(batch dict, tensors owning its memory)``."""
-        self.graph.replay()
-        owners, typed = [], {}
-        if self.flat is not None:
-            flat = self.flat.clone()
-            owners.append(flat)
-            typed = {dt: flat.view(dt) for dt in self.dtypes}
-        out = {}
-        for k, how, what in self.plan:
-            if how == "small":               # one op per key: host time is what this file saves
-                dtype, shape, stride, offset = what
-                out[k] = typed[dtype].as_strided(shape, stride, offset)
-                continue
-            x = what.clone() if how == "large" else what[1](what[0])
-            out[k] = x
-            owners.append(x)
-        return out, owners
+    def replay(self, consumer, done) -> "_Slot | None":
+        """Replay the next batch into a free slot on ``self.stream``, after the work queued so far
+        on ``consumer`` (the slot's last batch may still be read there), and record ``done`` after
+        it. None when every slot is in use: the caller makes the batch another way."""
+        if consumer is not self._consumer:
+            if self._consumer is not None and consumer != self._consumer:
+                # batches of an earlier iterator were read on its stream, which a replay must also
+                # wait for (once per change of stream, not per batch)
+                self.stream.wait_stream(self._consumer)
+            self._consumer, self._consumer_handle = consumer, consumer.cuda_stream
+        n = len(self.slots)
+        for i in range(n):
+            slot = self.slots[(self._next + i) % n]
+            if slot not in self.pending and slot.free():
+                if done.cuda_event == 0:           # created at its first record
+                    done.record(self.stream)
+                stream, after = self._handles
+                _graph_launch(slot.exec, stream, self._consumer_handle, after, done.cuda_event, self.device)
+                self.pending.add(slot)
+                self._next = (self._next + i + 1) % n
+                return slot
+        return None
+
+    def hand_out(self, slot: "_Slot") -> dict:
+        """The batch ``slot`` holds, as fresh aliases of its outputs (which keep it in use)."""
+        self.pending.discard(slot)
+        return {k: x.detach() for k, x in slot.out.items()}
 
 
-def _dense_strides(x) -> tuple[int, ...]:
-    """x's strides when its elements tile a block without gaps or overlap (any dim order, as
-    ``clone`` would keep them), else the contiguous ones (e.g. for a broadcast view)."""
-    want, stride = 1, [0] * x.dim()
-    for d in sorted(range(x.dim()), key=lambda d: (x.stride(d), -d)):
-        if x.size(d) != 1 and x.stride(d) != want:
-            break
-        stride[d] = x.stride(d) if x.size(d) != 1 else want
-        want *= x.size(d)
-    else:
-        return tuple(stride)
-    want, stride = 1, [0] * x.dim()
-    for d in reversed(range(x.dim())):
-        stride[d] = want
-        want *= x.size(d)
-    return tuple(stride)
+class _Slot:
+    """One capture of the batch; ``out`` its static outputs, each owning its storage."""
+
+    def __init__(self, owner: BatchGraph, make: Callable, episodes, times, batch_size: int):
+        torch = _torch()
+        self.graph = torch.cuda.CUDAGraph()
+        # thread_local: other threads may keep using CUDA (and cudaMalloc) while this captures
+        self.graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            rows = owner.cursor * batch_size + owner.steps
+            # no name keeps make's dict: its tensors would count as references below
+            self.out = _owned(make(episodes.index_select(0, rows), times.index_select(0, rows)))
+            owner.cursor.add_(1)
+        except BaseException:
+            try:
+                self.graph.capture_end()
+            except Exception:       # the capture was invalidated: the first error is the one to see
+                pass
+            raise
+        self.graph.capture_end()
+        self.exec = self.graph.raw_cuda_graph_exec()
+        count = torch._C._storage_Use_Count
+        cdata = [x.untyped_storage()._cdata for x in self.out.values()]   # storage objects dropped
+        self._storages = [(c, count(c)) for c in cdata]                    # ... before counting
+
+    def free(self) -> bool:
+        """No handed-out batch (nor a view of one) still references the slot's outputs."""
+        count = _torch()._C._storage_Use_Count
+        # (a count below the baseline cannot happen: the slot's outputs hold theirs)
+        return all(count(c) == n for c, n in self._storages)
+
+
+def _owned(out: dict) -> dict:
+    """The outputs, each over a storage of its own that nothing else references: one shared with
+    another key, a view into a larger buffer or a broadcast is copied, inside the capture, into fresh slot memory. A whole view of a fresh
+    intermediate (a reshaped voxel grid) is its own already. (An output that is itself a
+    long-lived tensor would pass: the plans return none; test_graph_views_and_in_place_writes
+    scribbles over every output to catch one.)"""
+    torch = _torch()
+    count = torch._C._storage_Use_Count
+    seen, owned = set(), {}
+    for k, x in out.items():
+        st = x.untyped_storage()
+        # references to the storage: x's, `st`'s, and the base's if x is a view
+        alone = (count(st._cdata) == 2 + (x._base is not None)
+                 and x.numel() * x.element_size() == st.nbytes() and st.data_ptr() not in seen)
+        if not alone:
+            x = x.clone(memory_format=torch.preserve_format)   # channels-last frames stay so
+            st = x.untyped_storage()
+        seen.add(st.data_ptr())
+        owned[k] = x
+    return owned

@@ -11,9 +11,10 @@ samples.
 Per epoch the order (a permutation of the sample table, or the ``sampler``'s indices) is drawn on
 the host once, copied to the device once, and the per-sample episode/anchor tables are gathered
 once; a batch is then a slice of those (a view) plus the window launches. On CUDA batch k+1 is
-enqueued on a side stream before batch k is handed over (events + ``record_stream``), and nothing
-reads the device back: no host sync per batch; full batches replay one captured CUDA graph
-(batch_graph.py). See docs/loader.md.
+enqueued on a side stream before batch k is handed over (events), and nothing reads the device
+back: no host sync per batch. Full batches are replays of a captured CUDA graph into static
+output slots the caller's batches alias (batch_graph.py); the others are made eagerly in fresh
+memory (``record_stream``). See docs/loader.md.
 """
 
 from __future__ import annotations
@@ -313,11 +314,9 @@ def _run_cloud(p: _Plan, ds: Dataset, episodes, new_times):
     return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
 
 
-def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, late: dict | None = None) -> None:
+def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
     """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch;
-    ``new_times [B, T]`` float64 (a strided view). With ``late`` (a CUDA graph capture), frames
-    whose conversion is one elementwise pass are left as gathered and ``late[key]`` finishes them
-    after each replay (batch_graph.py)."""
+    ``new_times [B, T]`` float64 (a strided view)."""
     torch = _torch()
     if p.voxel is not None:
         x, pad = _run_cloud(p, ds, episodes, new_times)
@@ -333,10 +332,6 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, late: dict 
                              tolerance=p.tolerance)
     if p.zero_pad:
         x = x.masked_fill(pad.reshape(pad.shape + (1,) * (x.dim() - 2)), 0)
-    if p.image and late is not None and p.resize is None and p.layout == "BTCHW":
-        out[p.key], out[p.key + "_is_pad"] = x, pad
-        late[p.key] = lambda x: _cast(p, _image(p, x))
-        return
     if p.image:
         x = _image(p, x)
     if p.scale is not None:
@@ -349,7 +344,9 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, late: dict 
     out[p.key] = x
     out[p.key + "_is_pad"] = pad
     if p.dim_mask is not None:
-        out[p.key + "_dim_mask"] = p.dim_mask.expand(x.shape)
+        # a copy, not a broadcast view of the plan's mask: a caller writing into the batch's mask
+        # would write into every later batch's
+        out[p.key + "_dim_mask"] = p.dim_mask.expand(x.shape).clone()
 
 
 def _cast(p: _Plan, x):
@@ -499,10 +496,14 @@ class DataLoader:
         holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
         with fewer samples wrap (or all cut to the smallest with ``drop_last``).
     cuda_graph : bool
-        On CUDA, capture one batch's launches in a CUDA graph (at the second batch) and replay it
-        for every full batch: the host cost of a batch no longer grows with the number of keys.
-        The graph's static memory (one batch of intermediates) stays allocated with the loader.
-        Batches are the same either way; False makes every batch with eager launches.
+        On CUDA, capture one batch's launches in CUDA graphs (at the second batch) and replay them
+        for every full batch: one launch per batch whatever the number of keys, no allocation.
+        Each of the ``batch_graph.SLOTS`` (4) graphs writes its own static outputs, which the
+        batches handed out alias; a slot is reused only once no batch (nor a view of one) still
+        references it, so kept batches are never overwritten, and when the caller holds every
+        slot the batch is made eagerly. Memory: 4 batches (outputs and intermediates), kept with
+        the loader. Batches are the same either way; False makes every batch with
+        eager launches.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -698,12 +699,12 @@ class DataLoader:
         a = k * self.batch_size
         return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size])
 
-    def _make_batch(self, ep, t, late: dict | None = None) -> dict:
+    def _make_batch(self, ep, t) -> dict:
         out: dict = {}
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
         for p, (a, b) in zip(self._plans, self._columns):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out, late)
+            _run_plan(p, self.dataset, ep, targets[:, a:b], out)
         return out
 
     def __iter__(self) -> Iterator[dict]:
@@ -748,12 +749,15 @@ class DataLoader:
         torch = _torch()
         consumer = torch.cuda.current_stream(self.device)
         if self._side is None:
-            self._side = torch.cuda.Stream(self.device)
+            # above the training step's priority: a batch is a few short kernels the step will
+            # wait for, and behind the step's long ones its cost in the GR00T-style step was 1.9%
+            # against 0.4% ahead of them (docs/perf-notes.md, loader slots)
+            self._side = torch.cuda.Stream(self.device, priority=-1)
             self._events = (torch.cuda.Event(), torch.cuda.Event())
         side = self._side
         side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
-        # one iterator at a time replays the graph (it owns the static tables and the cursor);
-        # a second live iterator of the same loader makes its batches eagerly
+        # one iterator at a time replays the graph (it owns the static tables, the cursor, the
+        # slots); a second live iterator of the same loader makes its batches eagerly
         graphed = self.cuda_graph and self._graph_lock.acquire(blocking=False)
         try:
             with torch.cuda.stream(side):
@@ -763,41 +767,55 @@ class DataLoader:
             full = self.num_samples // self.batch_size      # batches of batch_size samples
 
             def prepare(k):
+                """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event)."""
+                # two events in turn: batch k's is waited on after batch k+1's is recorded
+                ready = self._events[k % 2]
+                if graphed and k < full:
+                    if self._graph is None and self._warm:
+                        with torch.cuda.stream(side):
+                            self._capture(episodes, times, k)
+                    if self._graph is not None:
+                        slot = self._graph.replay(consumer, ready)
+                        if slot is not None:
+                            return slot, None, ready
+                # eager: the first batch (warm-up), the last short one, a batch when every graph
+                # slot is still held by the caller
                 with torch.cuda.stream(side):
-                    replay = graphed and k < full
-                    if replay and self._graph is None and self._warm:
-                        self._capture(episodes, times, k)
-                    if replay and self._graph is not None:
-                        batch, owners = self._graph()
-                    else:                       # eager: the first batch (warm-up), the last short one
-                        batch = self._make(episodes, times, k)
-                        owners = list(batch.values())
-                        self._warm = True
-                    # two events in turn: batch k's is waited on after batch k+1's is recorded
-                    ready = self._events[k % 2]
+                    batch = self._make(episodes, times, k)
+                    if graphed and self._graph is not None:
+                        self._graph.reset(k + 1)            # replays go on after this batch
                     ready.record(side)
-                return batch, owners, ready
+                self._warm = True
+                return None, batch, ready
 
             nxt = prepare(start) if start < n else None
             for k in range(start, n):
-                batch, owners, ready = nxt
+                slot, batch, ready = nxt
                 nxt = prepare(k + 1) if k + 1 < n else None    # enqueued before the consumer's work on k
                 consumer.wait_event(ready)
-                for v in owners:
-                    # made on `side`, used on the consumer's stream: the allocator must not hand the
-                    # memory back to `side` before the consumer's work on it has run
-                    v.record_stream(consumer)
+                if slot is not None:
+                    batch = self._graph.hand_out(slot)
+                else:
+                    for v in batch.values():
+                        # made on `side`, used on the consumer's stream: the allocator must not
+                        # hand the memory back to `side` before the consumer's work on it has run
+                        v.record_stream(consumer)
                 yield self._hand_over(batch)
         finally:
             if graphed:
+                if self._graph is not None:
+                    self._graph.pending.clear()     # a prefetched batch nobody will take
                 self._graph_lock.release()
 
     def _capture(self, episodes, times, k: int) -> None:
-        """Capture a batch graph over the static tables (after one eager batch: every kernel
-        loaded, every lazy table built); on failure, warn once and stay eager."""
-        from .batch_graph import BatchGraph
+        """Capture the batch graph's slots over the static tables (after one eager batch: every
+        kernel loaded, every lazy table built); on failure, warn once and stay eager."""
+        from . import batch_graph
         try:
-            self._graph = BatchGraph(self._make_batch, (episodes, times), self.batch_size)
+            if not batch_graph.supported():
+                raise RuntimeError(f"torch {_torch().__version__} lacks the storage use count or the raw graph "
+                                   "handle (torch >= 2.6 has both)")
+            self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
         except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
             self.cuda_graph = False
             warnings.warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); "

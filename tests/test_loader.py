@@ -211,6 +211,7 @@ def test_max_dim_padding_and_mask(synth):
         torch.testing.assert_close(a[..., :4], batch["raw"], rtol=0, atol=0)
         assert torch.all(a[..., 4:] == 0)
         assert torch.all(m[..., :4]) and not torch.any(m[..., 4:])
+        m.fill_(True)                    # the caller's to write: later batches keep their mask
     with pytest.raises(ValueError, match="max_dim 3 is below the 4 features"):
         DataLoader(synth, 8, windows={"a": Window("actions", max_dim=3)})
 

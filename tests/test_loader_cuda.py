@@ -159,52 +159,119 @@ def test_cuda_shards_equal_cpu_shards(pair):
             assert torch.equal(x["joints"], y["joints"].cpu())
 
 
-# --- the CUDA graph path (batch_graph.py): full batches replay one captured graph ----------
+# --- the CUDA graph path (batch_graph.py): full batches replay into static output slots ------
 
 
 def graph_windows():
     return {**windows(), "pix": Window("camera", offsets=[0.0, 0.05], layout="BTCHW", dtype=torch.float16)}
 
 
-def collect(loader, epochs=2):
-    """Every batch of `epochs` epochs, kept (not cloned): a replay must not overwrite a batch
-    handed out before."""
-    return [b for _ in range(epochs) for b in loader]
+def from_slot(loader, batch) -> bool:
+    """Whether the batch aliases one of the loader's graph slots (else it was made eagerly)."""
+    ptrs = {x.untyped_storage().data_ptr() for s in loader._graph.slots for x in s.out.values()}
+    return all(x.untyped_storage().data_ptr() in ptrs for x in batch.values())
 
 
-@pytest.mark.parametrize("large", [None, 0])
-def test_graph_batches_equal_eager(pair, monkeypatch, large):
-    from robocache import batch_graph
-    if large is not None:     # every output through the one-by-one copies instead of the packed buffer
-        monkeypatch.setattr(batch_graph, "LARGE", large)
+def same_batch(x, y, strides=True):
+    assert list(x) == list(y)
+    for k in x:
+        assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
+        assert torch.equal(x[k], y[k]), k
+        if strides:
+            live = lambda t: [st for n, st in zip(t.shape, t.stride()) if n > 1]
+            assert live(x[k]) == live(y[k]), k
+
+
+def test_graph_batches_equal_eager(pair):
+    """Batches taken one at a time (each dropped before the next is asked for, as a training
+    loop does) come from the slots, bit for bit the eager batches, strides included."""
     _, gpu = pair
     n = DataLoader(gpu, 1, windows=graph_windows()).num_samples
     B = next(b for b in (7, 8, 9, 11) if n % b)       # a short last batch (made eagerly)
     g = DataLoader(gpu, B, seed=5, windows=graph_windows())
     e = DataLoader(gpu, B, seed=5, windows=graph_windows(), cuda_graph=False)
-    got, want = collect(g), collect(e)
-    assert g._graph is not None and e._graph is None
+    replayed = 0
+    for epoch in range(2):
+        for i, (x, y) in enumerate(zip(g, e)):
+            same_batch(x, y)
+            if g._graph is not None and from_slot(g, x):
+                replayed += 1
+            elif epoch == 1 and i < len(g) - 1:
+                raise AssertionError(f"batch {i} of epoch 1 was made eagerly")
+    assert e._graph is None
+    assert replayed == 2 * (len(g) - 1) - 1     # all full batches but the first (the warm-up)
+
+
+def test_graph_kept_batches_are_never_overwritten(pair):
+    """A caller keeping every batch (list(loader)) holds every slot: later batches are made
+    eagerly, and no kept batch changes."""
+    _, gpu = pair
+    g = DataLoader(gpu, 5, seed=2, windows=graph_windows())
+    e = DataLoader(gpu, 5, seed=2, windows=graph_windows(), cuda_graph=False)
+    got = [b for _ in range(2) for b in g]
+    want = [b for _ in range(2) for b in e]
     torch.cuda.synchronize()
-    assert len(got) == len(want) == 2 * len(g)
+    assert len(got) == len(want) and len(g) > 2 * len(g._graph.slots)
     for x, y in zip(got, want):
-        assert list(x) == list(y)
-        for k in x:
-            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-            assert torch.equal(x[k], y[k]), k
-            if not k.endswith("_dim_mask"):      # (eager: a broadcast view; graph: a copy)
-                live = lambda t: [st for n, st in zip(t.shape, t.stride()) if n > 1]
-                assert live(x[k]) == live(y[k]), k
+        same_batch(x, y)
+    assert 0 < sum(from_slot(g, b) for b in got) <= len(g._graph.slots)
+
+
+def test_graph_views_and_in_place_writes(pair):
+    """A view of one key keeps its whole slot out of use, and a caller writing into a batch
+    in place changes neither later batches nor the one it keeps a view of."""
+    _, gpu = pair
+    g = DataLoader(gpu, 4, seed=6, windows=graph_windows())
+    e = DataLoader(gpu, 4, seed=6, windows=graph_windows(), cuda_graph=False)
+    want = list(e)
+    kept = {}
+    for i, b in enumerate(g):
+        same_batch(b, want[i], strides=False)
+        if i == 3:
+            assert from_slot(g, b)
+            kept["view"] = b["joints"][:, 1:]          # only a view survives the batch
+        for x in b.values():                          # the caller scribbles over every output
+            x.fill_(1) if x.dtype == torch.bool else x.fill_(-7)
+    again = list(g)                                   # the next epoch, from the same slots
+    e.set_epoch(1)
+    for x, y in zip(again, e):
+        same_batch(x, y, strides=False)
+    torch.cuda.synchronize()
+    assert torch.equal(kept["view"], torch.full_like(kept["view"], -7))   # its own write, no replay's
 
 
 def test_graph_point_clouds_equal_eager(cloud_pair):
     _, gpu = cloud_pair
     g = DataLoader(gpu, 6, seed=8, windows=cloud_windows())
     e = DataLoader(gpu, 6, seed=8, windows=cloud_windows(), cuda_graph=False)
-    got, want = collect(g), collect(e)
-    assert g._graph is not None
-    for x, y in zip(got, want):
-        for k in x:
-            assert torch.equal(x[k], y[k]), k
+    replayed = 0
+    for _ in range(2):
+        for x, y in zip(g, e):
+            replayed += g._graph is not None and from_slot(g, x)
+            for k in x:
+                assert torch.equal(x[k], y[k]), k
+    assert replayed >= len(g)
+
+
+def test_graph_replay_waits_for_the_consumer(pair, sleep_cycles):
+    """A dropped batch's slot is rewritten only after the consumer's queued work on it has run:
+    the consumer stuck behind a sleep reads batch 0 after four more batches were replayed."""
+    _, gpu = pair
+    g = DataLoader(gpu, 4, seed=9, windows=graph_windows())
+    e = DataLoader(gpu, 4, seed=9, windows=graph_windows(), cuda_graph=False)
+    list(g)                                           # captured
+    e.set_epoch(1)
+    want = list(e)
+    it = iter(g)
+    b = next(it)
+    assert from_slot(g, b)
+    torch.cuda._sleep(sleep_cycles)                   # the consumer busy
+    late = {k: x.clone() for k, x in b.items()}       # queued behind the sleep
+    del b
+    rest = [next(it) for _ in range(2 * len(g._graph.slots))]   # every slot rewritten meanwhile
+    same_batch(late, want[0], strides=False)
+    for i, x in enumerate(rest, start=1):
+        same_batch(x, want[i], strides=False)
 
 
 def test_graph_capture_without_host_sync(pair):

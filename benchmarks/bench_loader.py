@@ -419,7 +419,7 @@ def main(argv=None) -> int:
                 "torch GPU gather": (lambda: iter(lambda: gg.batch(B), None), 5),
                 "torch DL": (lambda: to_gpu(endless(lambda: iter(tdl)), dev), 2 * args.workers + 2),
             }
-            trained = step_costs(lambda: itertools.cycle(fixed), loops, 1 if args.quick else 15,
+            trained = step_costs(lambda: itertools.cycle(fixed), loops, 1 if args.quick else 30,
                                  20 if args.quick else 100, dev)
             for who, ld in (("robocache", rc), ("robocache eager", rce)):
                 trained[who]["host_us_per_batch"] = host_us_per_batch(ld)

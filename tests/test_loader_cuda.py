@@ -274,6 +274,18 @@ def test_graph_replay_waits_for_the_consumer(pair, sleep_cycles):
         same_batch(x, want[i], strides=False)
 
 
+def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
+    from robocache import batch_graph
+    monkeypatch.setattr(batch_graph, "supported", lambda: False)
+    _, gpu = pair
+    g = DataLoader(gpu, 6, seed=4, windows=graph_windows())
+    with pytest.warns(RuntimeWarning, match="torch >= 2.6"):
+        got = list(g)
+    assert g._graph is None and not g.cuda_graph
+    for x, y in zip(got, DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)):
+        same_batch(x, y)
+
+
 def test_graph_capture_without_host_sync(pair):
     """The capture itself (batch 2 of a fresh loader) and every replay run under sync debug."""
     _, gpu = pair

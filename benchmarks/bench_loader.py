@@ -280,7 +280,9 @@ def same(a: dict, b: dict, keys, what: str):
 
 
 def train_loop(batches, steps: int, warm: int, dev) -> dict:
-    """GR00T-style steps (policy with the frame); wall time per step and GPU busy fraction."""
+    """GR00T-style steps (policy with the frame): wall time per step, GPU busy fraction, and on
+    the GPU's timeline the median gap between one step's last kernel and the next one's first
+    (where next() sits: its host time when the host is the bottleneck, or a wait on the batch)."""
     torch.manual_seed(0)
     model = groot.Policy(video=True).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -302,7 +304,9 @@ def train_loop(batches, steps: int, warm: int, dev) -> dict:
     sync()
     wall = time.perf_counter() - t
     busy = sum(s.elapsed_time(e) for s, e in events) / 1e3
-    return {"step_ms": 1e3 * wall / steps, "gpu_idle": max(0.0, 1 - busy / wall)}
+    gaps = [events[i - 1][1].elapsed_time(events[i][0]) * 1e3 for i in range(1, len(events))]
+    return {"step_ms": 1e3 * wall / steps, "gpu_idle": max(0.0, 1 - busy / wall),
+            "gap_us": statistics.median(gaps)}
 
 
 def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
@@ -311,7 +315,9 @@ def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
     loader's cost in that round is its step time over the mean of the fixed-batch steps run just
     before and after it. The lent machines
     drift by +-20% over a run (docs/perf-notes.md v8); neighbours in time see the same drift, so
-    the median over rounds of the paired cost is what is reported, with its p25-p75."""
+    the median over rounds of the paired cost is what is reported, with its p25-p75. The gap
+    cost is the loader's added gap between steps on the GPU's timeline over the step time,
+    paired the same way: per-step medians, so free of the hiccups that move a round's mean."""
     fixed_ms, per = [], {who: [] for who in loops}
     for _ in range(rounds):
         before = train_loop(fixed(), steps, 5, dev)
@@ -321,16 +327,17 @@ def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
             after = train_loop(fixed(), steps, 5, dev)
             fixed_ms.append(after)
             base = (before["step_ms"] + after["step_ms"]) / 2
-            per[who].append({**r, "cost": (r["step_ms"] - base) / r["step_ms"]})
+            gap = (before["gap_us"] + after["gap_us"]) / 2
+            per[who].append({**r, "cost": (r["step_ms"] - base) / r["step_ms"],
+                             "gap_cost": (r["gap_us"] - gap) / 1e3 / base})
             before = after
     q = lambda xs, f: float(np.quantile(xs, f))
-    out = {"fixed batches": {"step_ms": q([r["step_ms"] for r in fixed_ms], 0.5),
-                           "gpu_idle": q([r["gpu_idle"] for r in fixed_ms], 0.5)}}
+    out = {"fixed batches": {k: q([r[k] for r in fixed_ms], 0.5) for k in ("step_ms", "gpu_idle", "gap_us")}}
     for who, rs in per.items():
         costs = [r["cost"] for r in rs]
-        out[who] = {"step_ms": q([r["step_ms"] for r in rs], 0.5), "gpu_idle": q([r["gpu_idle"] for r in rs], 0.5),
+        out[who] = {**{k: q([r[k] for r in rs], 0.5) for k in ("step_ms", "gpu_idle", "gap_us")},
                     "loader_cost": q(costs, 0.5), "cost_p25": q(costs, 0.25), "cost_p75": q(costs, 0.75),
-                    "rounds": costs}
+                    "gap_cost": q([r["gap_cost"] for r in rs], 0.5), "rounds": costs}
     return out
 
 
@@ -436,12 +443,15 @@ def main(argv=None) -> int:
     if trained:
         print(f"\nGR00T-style training step (policy with the frame, batch {B}); loader cost = step time over the "
               f"steps on 4 fixed in-memory batches run just before and after, median of rounds (p25-p75):")
-        print(f"{'loader':18s} {'step ms':>9s} {'GPU idle':>9s} {'loader cost':>12s} {'p25-p75':>14s} {'host us/batch':>14s}")
+        print(f"{'loader':18s} {'step ms':>9s} {'GPU idle':>9s} {'loader cost':>12s} {'p25-p75':>14s} "
+              f"{'gap us':>8s} {'gap cost':>9s} {'host us/batch':>14s}")
         for who, r in trained.items():
             cost = f"{100 * r['loader_cost']:11.1f}%" if "loader_cost" in r else f"{'-':>12s}"
             iqr = f"{100 * r['cost_p25']:6.1f}-{100 * r['cost_p75']:.1f}%" if "cost_p25" in r else "-"
+            gap = f"{100 * r['gap_cost']:8.1f}%" if "gap_cost" in r else f"{'-':>9s}"
             host = f"{r['host_us_per_batch']:.1f}" if "host_us_per_batch" in r else "-"
-            print(f"{who:18s} {r['step_ms']:9.3f} {100 * r['gpu_idle']:8.1f}% {cost} {iqr:>14s} {host:>14s}")
+            print(f"{who:18s} {r['step_ms']:9.3f} {100 * r['gpu_idle']:8.1f}% {cost} {iqr:>14s} "
+                  f"{r['gap_us']:8.1f} {gap} {host:>14s}")
         results["training"] = trained
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

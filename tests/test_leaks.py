@@ -114,7 +114,9 @@ def result(fn):
 def run_flat(calls, watched, n=CALLS):
     """Runs the calls round-robin n times in all; returns (rss growth over all n, tracemalloc
     growth over the last n/5, seconds, refcount changes). Refcounts and memory are read after a
-    warm-up (caches filled)."""
+    warm-up (caches filled). The process's RSS can also grow once for reasons outside the calls
+    (in the full suite, a thread an earlier test left, a lazy import): an RSS growth over the
+    bound is measured again over as many calls, and a leak grows again where that does not."""
     for _ in range(200):
         for _, fn in calls:
             fn()
@@ -137,7 +139,14 @@ def run_flat(calls, watched, n=CALLS):
     r1 = rss()
     refs1 = [sys.getrefcount(o) for o in watched]
     moved = [(i, a, b) for i, (a, b) in enumerate(zip(refs0, refs1)) if a != b]
-    return r1 - r0, m1 - m0, dt, moved
+    grown = r1 - r0
+    if grown >= RSS_BOUND:
+        r0 = rss()
+        for i in range(n):
+            calls[i % k][1]()
+        gc.collect()
+        grown = min(grown, rss() - r0)
+    return grown, m1 - m0, dt, moved
 
 
 # ----------------------------------------------------------------------------

@@ -34,7 +34,7 @@ SLOTS = 4
 
 def supported() -> bool:
     """Slots need the storage use count (to see a slot is free) and the raw graph handle (to
-    launch it without a stream switch in Python); torch has both since 2.6."""
+    launch it without a stream switch in Python); torch has both since 2.9."""
     torch = _torch()
     return hasattr(torch._C, "_storage_Use_Count") and hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec")
 
@@ -103,11 +103,11 @@ class BatchGraph:
     def hand_out(self, slot: "_Slot") -> dict:
         """The batch ``slot`` holds, as fresh aliases of its outputs (which keep it in use)."""
         self.pending.discard(slot)
-        return {k: x.detach() for k, x in slot.out.items()}
+        return slot.outputs.aliases()
 
 
 class _Slot:
-    """One capture of the batch; ``out`` its static outputs, each owning its storage."""
+    """One capture of the batch, writing ``outputs``."""
 
     def __init__(self, owner: BatchGraph, make: Callable, episodes, times, batch_size: int):
         torch = _torch()
@@ -116,8 +116,8 @@ class _Slot:
         self.graph.capture_begin(capture_error_mode="thread_local")
         try:
             rows = owner.cursor * batch_size + owner.steps
-            # no name keeps make's dict: its tensors would count as references below
-            self.out = _owned(make(episodes.index_select(0, rows), times.index_select(0, rows)))
+            # no name keeps make's dict: its tensors would count as references in Outputs
+            out = _owned(make(episodes.index_select(0, rows), times.index_select(0, rows)))
             owner.cursor.add_(1)
         except BaseException:
             try:
@@ -127,15 +127,33 @@ class _Slot:
             raise
         self.graph.capture_end()
         self.exec = self.graph.raw_cuda_graph_exec()
-        count = torch._C._storage_Use_Count
-        cdata = [x.untyped_storage()._cdata for x in self.out.values()]   # storage objects dropped
-        self._storages = [(c, count(c)) for c in cdata]                    # ... before counting
+        self.outputs = Outputs(out)
+        del out
 
     def free(self) -> bool:
-        """No handed-out batch (nor a view of one) still references the slot's outputs."""
+        return self.outputs.free()
+
+
+class Outputs:
+    """A slot's static outputs (from ``_owned``: each over a storage of its own), handed out as
+    aliases, and whether any alias, or a view of one, is still alive."""
+
+    def __init__(self, out: dict):
+        torch = _torch()
+        self.tensors = out
+        count = torch._C._storage_Use_Count
+        cdata = [x.untyped_storage()._cdata for x in out.values()]   # the storage objects dropped
+        self._counts = [(c, count(c)) for c in cdata]                 # ... before counting
+
+    def free(self) -> bool:
+        """No alias handed out (nor a view of one) still references the outputs' memory."""
         count = _torch()._C._storage_Use_Count
-        # (a count below the baseline cannot happen: the slot's outputs hold theirs)
-        return all(count(c) == n for c, n in self._storages)
+        # (a count below the baseline cannot happen: self.tensors hold theirs)
+        return all(count(c) == n for c, n in self._counts)
+
+    def aliases(self) -> dict:
+        """The batch: fresh tensors over the outputs' memory (each holds a storage reference)."""
+        return {k: x.detach() for k, x in self.tensors.items()}
 
 
 def _owned(out: dict) -> dict:

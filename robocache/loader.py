@@ -814,7 +814,7 @@ class DataLoader:
         try:
             if not batch_graph.supported():
                 raise RuntimeError(f"torch {_torch().__version__} lacks the storage use count or the raw graph "
-                                   "handle (torch >= 2.6 has both)")
+                                   "handle (torch >= 2.9 has both)")
             self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
         except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
             self.cuda_graph = False

@@ -532,3 +532,43 @@ def test_graph_launch_rejects_bad_handles():
         _C._graph_launch(1, 0, 0, 1, 1, -1)
     with pytest.raises(TypeError):
         _C._graph_launch("graph", 0, 0, 1, 1, 0)
+
+
+def test_graph_slot_outputs_know_when_a_batch_is_alive():
+    """The graph slots' bookkeeping (robocache/batch_graph.py), on CPU tensors: outputs that
+    share memory with anything are copied; a slot is busy while any alias of its batch, or a
+    view of one, is alive, and free again once they are gone."""
+    from robocache.batch_graph import Outputs, _owned
+    mask = torch.tensor([True, True, False])
+    grid = torch.arange(32.0)
+    frames = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 4, 5, 3)
+    raw = {"state": torch.randn(4, 1, 6), "grid": grid.reshape(2, 16), "mask": mask.expand(4, 3),
+           "part": torch.randn(10)[2:5], "frames": frames.permute(0, 3, 1, 2)}
+    raw["twin"] = raw["state"].view(4, 6)
+    del grid, frames
+    out = Outputs(_owned(raw))
+    want = {k: v.clone() for k, v in raw.items()}
+    t = out.tensors
+    assert t["grid"] is raw["grid"] and t["frames"] is raw["frames"]     # whole views of fresh memory
+    for k in ("mask", "part", "state"):                                    # a broadcast, a slice, shared
+        assert t[k] is not raw[k] and torch.equal(t[k], want[k]), k
+    assert t["frames"].stride() == want["frames"].stride()
+    ptrs = [x.untyped_storage().data_ptr() for x in t.values()]
+    assert len(set(ptrs)) == len(ptrs)
+    mask.fill_(False)                                                      # the constant changes later:
+    assert torch.equal(t["mask"], want["mask"])                            # the slot kept a copy
+    del raw
+    assert out.free()
+    batch = out.aliases()
+    assert not out.free()
+    assert all(torch.equal(batch[k], want[k]) for k in want)
+    view = batch["frames"][:, 1]
+    del batch
+    assert not out.free()                                                  # a view of one key is enough
+    del view
+    assert out.free()
+    kept = out.aliases()["twin"]
+    assert not out.free()
+    kept.fill_(0)                                                          # the caller's own writes
+    del kept
+    assert out.free()

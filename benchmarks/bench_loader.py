@@ -142,24 +142,26 @@ class Mp4Frames(torch.utils.data.Dataset):
 
 
 class GpuGather:
-    """What a skilled user writes on GPU-resident tensors: per key, frame = anchor frame +
-    round(offset * rate), clamped to the episode, gathered; is_pad from the unclamped index;
+    """What a skilled user writes on GPU-resident tensors. Once, per sample and key: the global
+    row of the frame nearest the anchor (anchor frame + round(offset * rate) is then the row
+    plus a step) and the episode's first/last rows. Per batch and key: one gather of those,
+    steps added, is_pad from the unclamped rows, clamp, one gather of the values,
     normalization as (x - center) * scale; images permuted and scaled; voxels by a scatter."""
 
     def __init__(self, ds, windows, anchor: str, device):
         self.dev = device
         a = ds.streams[anchor]
         self.N = a.num_samples
-        self.ep = torch.repeat_interleave(torch.arange(len(ds)), torch.from_numpy(a.lengths)).to(device)
-        self.t = a.times.to(device)
+        ep = torch.repeat_interleave(torch.arange(len(ds)), torch.from_numpy(a.lengths)).to(device)
+        t = a.times.to(device)
         self.keys = []
         for key, w in windows.items():
             s = ds.streams[w.names[0]]
-            rate = float(w.rate)
-            k = {"key": key, "steps": torch.as_tensor(list(w.indices), device=device),
-                 "rate": rate, "start": s.offsets[:-1].to(device), "end": s.offsets[1:].to(device),
-                 "t0": s._ends()[0].to(device), "values": s.values.to(device), "kind": s.kind,
-                 "layout": w.layout}
+            start, end = s.offsets[:-1].to(device)[ep], s.offsets[1:].to(device)[ep]
+            anchor_row = start + torch.floor((t - s._ends()[0].to(device)[ep]) * float(w.rate) + 0.5).long()
+            k = {"key": key, "steps": torch.as_tensor(list(w.indices), device=device)[None, :],
+                 "rows": torch.stack([anchor_row, start, end - 1], 1),     # [N, 3]: one gather per batch
+                 "values": s.values.to(device), "kind": s.kind, "layout": w.layout}
             if w.normalize:
                 st = s.stats
                 if w.normalize == "mean_std":
@@ -176,14 +178,13 @@ class GpuGather:
     def batch(self, B: int, idx=None) -> dict:
         if idx is None:
             idx = torch.randint(0, self.N, (B,), device=self.dev)
-        ep, t = self.ep[idx], self.t[idx]
         out = {}
         for k in self.keys:
-            start, end = k["start"][ep], k["end"][ep]
-            anchor = torch.floor((t - k["t0"][ep]) * k["rate"] + 0.5).long()  # nearest frame to the anchor
-            j = start[:, None] + anchor[:, None] + k["steps"][None, :]      # [B, T]
-            pad = (j < start[:, None]) | (j >= end[:, None])
-            j = torch.minimum(torch.maximum(j, start[:, None]), end[:, None] - 1)
+            rows = k["rows"][idx]                                             # [B, 3]
+            first, last = rows[:, 1:2], rows[:, 2:3]
+            j = rows[:, :1] + k["steps"]                                      # [B, T]
+            pad = (j < first) | (j > last)
+            j = j.clamp(first, last)
             if k["kind"] == "pointcloud":
                 x = self._voxels(k, j)
             else:

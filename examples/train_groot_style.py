@@ -112,7 +112,9 @@ def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: 
     torch.manual_seed(seed)
     model = Policy(video=video).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    # the step's own stream only: a device-wide sync would also wait for the batch the loader
+    # is already preparing on its side stream for the next step, and count it as this step's wait
+    sync = torch.cuda.current_stream(device).synchronize if device.type == "cuda" else (lambda: None)
     losses, data_s, compute_s, samples, epoch = [], 0.0, 0.0, 0, 0
     it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers))
     while len(losses) < steps:

@@ -190,7 +190,7 @@ class GpuGather:
             else:
                 x = k["values"][j]
             if k["kind"] == "image" and k["layout"] == "BTCHW":
-                x = x.permute(0, 1, 4, 2, 3).float().div_(255)
+                x = x.permute(0, 1, 4, 2, 3).div(255.0)                      # one pass, uint8 in
             if "scale" in k:
                 x = (x.float() - k["center"]) * k["scale"]
             out[k["key"]], out[k["key"] + "_is_pad"] = x, pad

@@ -1,4 +1,4 @@
-/* module.c: robocache._C: module state, method table, build facts.
+/* module.c: robocache._C: module state, method table, build facts, the DataLoader's graph launch.
  * The ops live in py_<op>.c; DLPack handling in dlpack_bridge.c. Multi-phase init (PEP 489),
  * state in the module object, no globals besides the method table. */
 #include <stdlib.h>

@@ -771,7 +771,8 @@ class DataLoader:
                 # two events in turn: batch k's is waited on after batch k+1's is recorded
                 ready = self._events[k % 2]
                 if graphed and k < full:
-                    if self._graph is None and self._warm:
+                    # (cuda_graph turns False when a capture fails: not retried every batch)
+                    if self._graph is None and self._warm and self.cuda_graph:
                         with torch.cuda.stream(side):
                             self._capture(episodes, times, k)
                     if self._graph is not None:

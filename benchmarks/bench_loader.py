@@ -281,18 +281,21 @@ def same(a: dict, b: dict, keys, what: str):
 
 
 def train_loop(batches, steps: int, warm: int, dev) -> dict:
-    """GR00T-style steps (policy with the frame): wall time per step, GPU busy fraction, and on
-    the GPU's timeline the median gap between one step's last kernel and the next one's first
-    (where next() sits: its host time when the host is the bottleneck, or a wait on the batch)."""
+    """GR00T-style steps (policy with the frame): wall time per step, GPU busy fraction, on the
+    GPU's timeline the median gap between one step's last kernel and the next one's first
+    (where next() sits: its host time when the host is the bottleneck, or a wait on the batch),
+    and the median host time of next() inside the loop."""
     torch.manual_seed(0)
     model = groot.Policy(video=True).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    events = []
+    events, waits = [], []
     for i in range(warm + steps):
         if i == warm:
             sync()
             t = time.perf_counter()
+        t0 = time.perf_counter()
         b = next(batches)
+        waits.append(time.perf_counter() - t0)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         loss = groot.masked_mse(model(b["state"], b["image"]), b["action"], b["action_is_pad"])
@@ -307,7 +310,7 @@ def train_loop(batches, steps: int, warm: int, dev) -> dict:
     busy = sum(s.elapsed_time(e) for s, e in events) / 1e3
     gaps = [events[i - 1][1].elapsed_time(events[i][0]) * 1e3 for i in range(1, len(events))]
     return {"step_ms": 1e3 * wall / steps, "gpu_idle": max(0.0, 1 - busy / wall),
-            "gap_us": statistics.median(gaps)}
+            "gap_us": statistics.median(gaps), "next_us": 1e6 * statistics.median(waits[warm:])}
 
 
 def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
@@ -333,10 +336,11 @@ def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
                              "gap_cost": (r["gap_us"] - gap) / 1e3 / base})
             before = after
     q = lambda xs, f: float(np.quantile(xs, f))
-    out = {"fixed batches": {k: q([r[k] for r in fixed_ms], 0.5) for k in ("step_ms", "gpu_idle", "gap_us")}}
+    keys = ("step_ms", "gpu_idle", "gap_us", "next_us")
+    out = {"fixed batches": {k: q([r[k] for r in fixed_ms], 0.5) for k in keys}}
     for who, rs in per.items():
         costs = [r["cost"] for r in rs]
-        out[who] = {**{k: q([r[k] for r in rs], 0.5) for k in ("step_ms", "gpu_idle", "gap_us")},
+        out[who] = {**{k: q([r[k] for r in rs], 0.5) for k in keys},
                     "loader_cost": q(costs, 0.5), "cost_p25": q(costs, 0.25), "cost_p75": q(costs, 0.75),
                     "gap_cost": q([r["gap_cost"] for r in rs], 0.5), "rounds": costs}
     return out
@@ -445,14 +449,14 @@ def main(argv=None) -> int:
         print(f"\nGR00T-style training step (policy with the frame, batch {B}); loader cost = step time over the "
               f"steps on 4 fixed in-memory batches run just before and after, median of rounds (p25-p75):")
         print(f"{'loader':18s} {'step ms':>9s} {'GPU idle':>9s} {'loader cost':>12s} {'p25-p75':>14s} "
-              f"{'gap us':>8s} {'gap cost':>9s} {'host us/batch':>14s}")
+              f"{'gap us':>8s} {'gap cost':>9s} {'next() us':>10s} {'host us/batch':>14s}")
         for who, r in trained.items():
             cost = f"{100 * r['loader_cost']:11.1f}%" if "loader_cost" in r else f"{'-':>12s}"
             iqr = f"{100 * r['cost_p25']:6.1f}-{100 * r['cost_p75']:.1f}%" if "cost_p25" in r else "-"
             gap = f"{100 * r['gap_cost']:8.1f}%" if "gap_cost" in r else f"{'-':>9s}"
             host = f"{r['host_us_per_batch']:.1f}" if "host_us_per_batch" in r else "-"
             print(f"{who:18s} {r['step_ms']:9.3f} {100 * r['gpu_idle']:8.1f}% {cost} {iqr:>14s} "
-                  f"{r['gap_us']:8.1f} {gap} {host:>14s}")
+                  f"{r['gap_us']:8.1f} {gap} {r['next_us']:10.1f} {host:>14s}")
         results["training"] = trained
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -53,7 +53,7 @@ extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int devic
 extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *after, void *after_event,
                                           void *done, int device) {
     /* one C call instead of four Python ones (stream context, wait, replay, record): this is the
-     * loader's whole per-batch host cost (docs/perf-notes.md, loader slots) */
+     * loader's whole per-batch host cost (docs/perf-notes.md v10) */
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;

@@ -6,8 +6,8 @@ key, casts, normalization, masks); their host time is what a training step waits
 
 Why slots: a batch handed out must stay as it is while the caller holds it. Copying each replay's
 outputs into fresh memory (allocation, the copy, ``record_stream``, the allocator's deferred
-frees) cost the GR00T-style training step 4-10%, where the same GPU work into static memory cost
-nothing measurable (docs/perf-notes.md, loader slots). So ``SLOTS`` copies of the graph are
+frees) cost the GR00T-style training step 5-9%, where the same GPU work into static memory cost
+nothing measurable (docs/perf-notes.md v10). So ``SLOTS`` copies of the graph are
 captured, each writing its own static outputs, and a replay goes to a slot that no handed-out
 batch still uses. The batch's tensors are fresh aliases of the slot's outputs; they, and any view
 the caller makes of them, hold a reference to the slot's storages, so a slot whose storages are

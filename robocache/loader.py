@@ -751,7 +751,7 @@ class DataLoader:
         if self._side is None:
             # above the training step's priority: a batch is a few short kernels the step will
             # wait for, and behind the step's long ones its cost in the GR00T-style step was 1.9%
-            # against 0.4% ahead of them (docs/perf-notes.md, loader slots)
+            # against 0.4% ahead of them (docs/perf-notes.md v10)
             self._side = torch.cuda.Stream(self.device, priority=-1)
             self._events = (torch.cuda.Event(), torch.cuda.Event())
         side = self._side

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
-from test_loader import make_episodes  # noqa: E402
+from test_loader import EpochSampler, make_episodes  # noqa: E402
 
 pytestmark = pytest.mark.cuda
 
@@ -335,14 +335,8 @@ def test_graph_interrupted_iterators_and_resume(pair):
         assert all(torch.equal(x[k], y[k]) for k in x)
 
 
-class Shrinking:
+class Shrinking(EpochSampler):
     """A sampler whose length changes every epoch (the graph's tables are re-made)."""
-
-    def __init__(self, n):
-        self.n, self.epoch = n, 0
-
-    def set_epoch(self, e):
-        self.epoch = e
 
     def __len__(self):
         return self.n - 3 * self.epoch

@@ -35,9 +35,9 @@ extern "C" int rc_cuda_runtime_version(void) {
 }
 
 extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device) {
-    int prev = -1;
-    cudaGetDevice(&prev);
-    if (prev != device) cudaSetDevice(device);
+    rc_device_guard guard;
+    rc_status st = guard.enter(device);
+    if (st != RC_OK) return st;
     cudaEvent_t ev;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e == cudaSuccess) {
@@ -45,9 +45,11 @@ extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int devic
         if (e == cudaSuccess) e = cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0);
         cudaEventDestroy(ev); /* released once the wait has been satisfied */
     }
+    /* the order must hold even when the event path fails: wait on the host instead */
     if (e != cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)signaler);
-    if (prev >= 0 && prev != device) cudaSetDevice(prev);
-    return RC_CUDA_CHECK(e, "stream wait");
+    st = RC_CUDA_CHECK(e, "stream wait");
+    rc_status left = guard.leave();
+    return st != RC_OK ? st : left;
 }
 
 extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *after, void *after_event,

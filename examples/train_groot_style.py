@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -107,7 +108,8 @@ def masked_mse(pred, action, is_pad):
 
 def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: bool = True, seed: int = 0,
           lr: float = 1e-3, num_workers: int = 0, log_every: int = 10, quiet: bool = False) -> dict:
-    """Train for ``steps`` steps; returns ``{"losses", "data_s", "compute_s", "samples"}``."""
+    """Train for ``steps`` steps; returns ``{"losses", "data_s", "compute_s", "samples", "step_data_s",
+    "step_compute_s"}`` (totals, then per-step times)."""
     device = torch.device(device)
     torch.manual_seed(seed)
     model = Policy(video=video).to(device)
@@ -115,7 +117,7 @@ def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: 
     # the step's own stream only: a device-wide sync would also wait for the batch the loader
     # is already preparing on its side stream for the next step, and count it as this step's wait
     sync = torch.cuda.current_stream(device).synchronize if device.type == "cuda" else (lambda: None)
-    losses, data_s, compute_s, samples, epoch = [], 0.0, 0.0, 0, 0
+    losses, step_data, step_compute, samples, epoch = [], [], [], 0, 0
     it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers))
     while len(losses) < steps:
         t0 = time.perf_counter()
@@ -135,14 +137,15 @@ def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: 
         opt.step()
         losses.append(loss.item())                                    # syncs: compute is finished
         t2 = time.perf_counter()
-        data_s += t1 - t0
-        compute_s += t2 - t1
+        step_data.append(t1 - t0)
+        step_compute.append(t2 - t1)
         samples += batch["action"].shape[0]
         step = len(losses)
         if not quiet and (step % log_every == 0 or step == 1):
             print(f"step {step:5d}  loss {losses[-1]:.4f}  data {1e3 * (t1 - t0):7.2f} ms  "
                   f"compute {1e3 * (t2 - t1):7.2f} ms")
-    return {"losses": losses, "data_s": data_s, "compute_s": compute_s, "samples": samples}
+    return {"losses": losses, "data_s": sum(step_data), "compute_s": sum(step_compute), "samples": samples,
+            "step_data_s": step_data, "step_compute_s": step_compute}
 
 
 def main(argv=None):
@@ -171,6 +174,11 @@ def main(argv=None):
     print(f"{n} steps: data {1e3 * r['data_s'] / n:.2f} ms/step ({100 * r['data_s'] / total:.1f}%), "
           f"compute {1e3 * r['compute_s'] / n:.2f} ms/step; {r['samples'] / total:.0f} samples/s; "
           f"loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+    # the totals include the first steps' one-time work (CUDA graph captures, cuDNN autotuning);
+    # the medians are what a long run sees per step
+    data, compute = statistics.median(r["step_data_s"]), statistics.median(r["step_compute_s"])
+    print(f"median step: data {1e3 * data:.2f} ms ({100 * data / (data + compute):.1f}%), "
+          f"compute {1e3 * compute:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ class BatchGraph:
     def replay(self, consumer, done) -> "_Slot | None":
         """Replay the next batch into a free slot on ``self.stream``, after the work queued so far
         on ``consumer`` (the slot's last batch may still be read there), and record ``done`` after
-        it. None when every slot is in use: the caller makes the batch another way."""
+        it (an event recorded once before: torch creates the CUDA event at its first record). None
+        when every slot is in use: the caller makes the batch another way."""
         if consumer is not self._consumer:
             if self._consumer is not None and consumer != self._consumer:
                 # batches of an earlier iterator were read on its stream, which a replay must also
@@ -90,9 +91,7 @@ class BatchGraph:
         n = len(self.slots)
         for i in range(n):
             slot = self.slots[(self._next + i) % n]
-            if slot not in self.pending and slot.free():
-                if done.cuda_event == 0:           # created at its first record
-                    done.record(self.stream)
+            if slot not in self.pending and slot.outputs.free():
                 stream, after = self._handles
                 _graph_launch(slot.exec, stream, self._consumer_handle, after, done.cuda_event, self.device)
                 self.pending.add(slot)
@@ -128,10 +127,6 @@ class _Slot:
         self.graph.capture_end()
         self.exec = self.graph.raw_cuda_graph_exec()
         self.outputs = Outputs(out)
-        del out
-
-    def free(self) -> bool:
-        return self.outputs.free()
 
 
 class Outputs:

@@ -754,6 +754,8 @@ class DataLoader:
             # against 0.4% ahead of them (docs/perf-notes.md v10)
             self._side = torch.cuda.Stream(self.device, priority=-1)
             self._events = (torch.cuda.Event(), torch.cuda.Event())
+            for e in self._events:
+                e.record(self._side)    # torch creates the CUDA event at its first record
         side = self._side
         side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
         # one iterator at a time replays the graph (it owns the static tables, the cursor, the

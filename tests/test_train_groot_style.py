@@ -93,6 +93,8 @@ def test_training_steps_loss_falls(ex, groot, kind):
     assert len(losses) == 12 and np.isfinite(losses).all()
     assert losses[-3:].mean() < losses[0], f"loss did not fall: {losses}"
     assert r["samples"] == 12 * 32 and r["data_s"] > 0 and r["compute_s"] > 0
+    assert len(r["step_data_s"]) == len(r["step_compute_s"]) == 12
+    assert sum(r["step_data_s"]) == pytest.approx(r["data_s"])
 
 
 def test_same_loss_with_either_loader(ex, groot):

@@ -84,28 +84,30 @@ static PyObject *build_info(PyObject *module, PyObject *unused) {
 }
 
 PyDoc_STRVAR(graph_launch_doc,
-"_graph_launch(exec, stream, after, after_event, done, device)\n--\n\n"
+"_graph_launch(exec, stream, consumer, consumer_event, done, ready, device)\n--\n\n"
 "The DataLoader's batch replay (robocache/batch_graph.py): `stream` waits for the work queued\n"
-"on `after` (recording `after_event` there), launches the cudaGraphExec_t `exec` on `stream`,\n"
-"records `done` after it. All arguments are raw CUDA handles as ints, all of `device`.");
+"on `consumer` (recording `consumer_event` there), launches the cudaGraphExec_t `exec` on\n"
+"`stream` and records `done` after it; then `consumer` waits for the event `ready` (the batch\n"
+"it takes now; 0: no wait). All arguments are raw CUDA handles as ints, all of `device`.");
 
 static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     rc_state *st = rc_get_state(module);
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "_graph_launch: expected 6 arguments, got %zd", nargs);
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "_graph_launch: expected 7 arguments, got %zd", nargs);
         return NULL;
     }
-    void *h[5];
-    for (int i = 0; i < 5; i++) {
+    void *h[6];
+    for (int i = 0; i < 6; i++) {
         h[i] = PyLong_AsVoidPtr(args[i]);
         if (PyErr_Occurred()) return NULL;
-        /* a null stream is the legacy default stream (torch's default); a graph or event is not */
-        if (!h[i] && i != 1 && i != 2) {
+        /* a null stream is the legacy default stream (torch's default), a null `ready` no wait;
+         * a null graph or event to record is an error */
+        if (!h[i] && i != 1 && i != 2 && i != 5) {
             PyErr_Format(PyExc_ValueError, "_graph_launch: argument %d is a null handle", i);
             return NULL;
         }
     }
-    long device = PyLong_AsLong(args[5]);
+    long device = PyLong_AsLong(args[6]);
     if (device == -1 && PyErr_Occurred()) return NULL;
     if (device < 0 || device > 1024) {
         PyErr_Format(PyExc_ValueError, "_graph_launch: device: expected a CUDA device index, got %ld", device);
@@ -114,7 +116,7 @@ static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_
 #ifdef RC_WITH_CUDA
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = rc_cuda_graph_launch(h[0], h[1], h[2], h[3], h[4], (int)device);
+    status = rc_cuda_graph_launch(h[0], h[1], h[2], h[3], h[4], h[5], (int)device);
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;

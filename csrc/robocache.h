@@ -254,11 +254,12 @@ int rc_cuda_driver_version(void);
  * streams of `device`. A failure falls back to synchronizing `signaler`. */
 rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device);
 /* The DataLoader's replay of a captured batch (robocache/batch_graph.py) in one call: `stream`
- * waits for the work enqueued so far on `after` (through `after_event`, re-recorded), then the
- * instantiated graph `exec` (a cudaGraphExec_t) is launched on `stream` and `done` (a cudaEvent_t)
- * is recorded after it. Handles are borrowed, all of `device`; no host sync. */
-rc_status rc_cuda_graph_launch(void *exec, void *stream, void *after, void *after_event, void *done,
-                               int device);
+ * waits for the work enqueued so far on `consumer` (through `consumer_event`, re-recorded), then
+ * the instantiated graph `exec` (a cudaGraphExec_t) is launched on `stream` and `done` (a
+ * cudaEvent_t) is recorded after it; last, `consumer` waits for `ready` (the batch it takes now)
+ * unless `ready` is NULL. Handles are borrowed, all of `device`; no host sync. */
+rc_status rc_cuda_graph_launch(void *exec, void *stream, void *consumer, void *consumer_event, void *done,
+                               void *ready, int device);
 
 #ifdef __cplusplus
 }

@@ -52,18 +52,20 @@ extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int devic
     return st != RC_OK ? st : left;
 }
 
-extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *after, void *after_event,
-                                          void *done, int device) {
-    /* one C call instead of four Python ones (stream context, wait, replay, record): this is the
-     * loader's whole per-batch host cost (docs/perf-notes.md v10) */
+extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *consumer, void *consumer_event,
+                                          void *done, void *ready, int device) {
+    /* one C call instead of five Python ones (stream context, wait, replay, record, the
+     * consumer's wait): in a host-bound training step the loader's cost is its host time per
+     * batch (docs/perf-notes.md v10, v11) */
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;
-    cudaStream_t s = (cudaStream_t)stream;
-    st = RC_CUDA_CHECK(cudaEventRecord((cudaEvent_t)after_event, (cudaStream_t)after), "cudaEventRecord");
-    if (st == RC_OK) st = RC_CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)after_event, 0), "cudaStreamWaitEvent");
+    cudaStream_t s = (cudaStream_t)stream, c = (cudaStream_t)consumer;
+    st = RC_CUDA_CHECK(cudaEventRecord((cudaEvent_t)consumer_event, c), "cudaEventRecord");
+    if (st == RC_OK) st = RC_CUDA_CHECK(cudaStreamWaitEvent(s, (cudaEvent_t)consumer_event, 0), "cudaStreamWaitEvent");
     if (st == RC_OK) st = RC_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, s), "cudaGraphLaunch");
     if (st == RC_OK) st = RC_CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, s), "cudaEventRecord");
+    if (st == RC_OK && ready) st = RC_CUDA_CHECK(cudaStreamWaitEvent(c, (cudaEvent_t)ready, 0), "cudaStreamWaitEvent");
     rc_status left = guard.leave();
     return st != RC_OK ? st : left;
 }

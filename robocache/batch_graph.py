@@ -77,11 +77,13 @@ class BatchGraph:
         """The next replay makes batch ``batch`` of the tables (enqueued on the current stream)."""
         self.cursor.fill_(batch)
 
-    def replay(self, consumer, done) -> "_Slot | None":
+    def replay(self, consumer, done: int, ready: int = 0) -> "_Slot | None":
         """Replay the next batch into a free slot on ``self.stream``, after the work queued so far
-        on ``consumer`` (the slot's last batch may still be read there), and record ``done`` after
-        it (an event recorded once before: torch creates the CUDA event at its first record). None
-        when every slot is in use: the caller makes the batch another way."""
+        on ``consumer`` (the slot's last batch may still be read there), record the event
+        ``done`` after it, then make ``consumer`` wait for the event ``ready`` (0: no wait): the
+        batch it takes now. Events as raw handles (``cuda_event``, which torch creates at the
+        first record). None when every slot is in use, with nothing enqueued: the caller makes
+        the batch another way."""
         if consumer is not self._consumer:
             if self._consumer is not None and consumer != self._consumer:
                 # batches of an earlier iterator were read on its stream, which a replay must also
@@ -93,7 +95,7 @@ class BatchGraph:
             slot = self.slots[(self._next + i) % n]
             if slot not in self.pending and slot.outputs.free():
                 stream, after = self._handles
-                _graph_launch(slot.exec, stream, self._consumer_handle, after, done.cuda_event, self.device)
+                _graph_launch(slot.exec, stream, self._consumer_handle, after, done, ready, self.device)
                 self.pending.add(slot)
                 self._next = (self._next + i + 1) % n
                 return slot

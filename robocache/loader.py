@@ -756,6 +756,7 @@ class DataLoader:
             self._events = (torch.cuda.Event(), torch.cuda.Event())
             for e in self._events:
                 e.record(self._side)    # torch creates the CUDA event at its first record
+            self._event_handles = tuple(e.cuda_event for e in self._events)
         side = self._side
         side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
         # one iterator at a time replays the graph (it owns the static tables, the cursor, the
@@ -768,8 +769,9 @@ class DataLoader:
                     self._graph.reset(start)
             full = self.num_samples // self.batch_size      # batches of batch_size samples
 
-            def prepare(k):
-                """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event)."""
+            def prepare(k, wait=0):
+                """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event).
+                A replay also makes the consumer wait for the event handle `wait` (batch k-1's)."""
                 # two events in turn: batch k's is waited on after batch k+1's is recorded
                 ready = self._events[k % 2]
                 if graphed and k < full:
@@ -778,7 +780,7 @@ class DataLoader:
                         with torch.cuda.stream(side):
                             self._capture(episodes, times, k)
                     if self._graph is not None:
-                        slot = self._graph.replay(consumer, ready)
+                        slot = self._graph.replay(consumer, self._event_handles[k % 2], wait)
                         if slot is not None:
                             return slot, None, ready
                 # eager: the first batch (warm-up), the last short one, a batch when every graph
@@ -794,8 +796,12 @@ class DataLoader:
             nxt = prepare(start) if start < n else None
             for k in range(start, n):
                 slot, batch, ready = nxt
-                nxt = prepare(k + 1) if k + 1 < n else None    # enqueued before the consumer's work on k
-                consumer.wait_event(ready)
+                # batch k+1 is enqueued before the consumer's work on k; a replay queues the
+                # consumer's wait for batch k in the same C call (host time is the loader's cost
+                # in a host-bound step: docs/perf-notes.md v11)
+                nxt = prepare(k + 1, self._event_handles[k % 2]) if k + 1 < n else None
+                if nxt is None or nxt[0] is None:
+                    consumer.wait_event(ready)
                 if slot is not None:
                     batch = self._graph.hand_out(slot)
                 else:

@@ -522,16 +522,18 @@ def test_groot_video_frames(DATA):
 def test_graph_launch_rejects_bad_handles():
     """The loader's C graph launch checks its arguments before any CUDA call."""
     from robocache import _C
-    with pytest.raises(TypeError, match="expected 6 arguments, got 2"):
+    with pytest.raises(TypeError, match="expected 7 arguments, got 2"):
         _C._graph_launch(1, 2)
     with pytest.raises(ValueError, match="argument 0 is a null handle"):
-        _C._graph_launch(0, 0, 0, 1, 1, 0)
+        _C._graph_launch(0, 0, 0, 1, 1, 0, 0)
+    with pytest.raises(ValueError, match="argument 3 is a null handle"):
+        _C._graph_launch(1, 0, 0, 0, 1, 0, 0)
     with pytest.raises(ValueError, match="argument 4 is a null handle"):
-        _C._graph_launch(1, 0, 0, 1, 0, 0)
+        _C._graph_launch(1, 0, 0, 1, 0, 0, 0)
     with pytest.raises(ValueError, match="device: expected a CUDA device index, got -1"):
-        _C._graph_launch(1, 0, 0, 1, 1, -1)
+        _C._graph_launch(1, 0, 0, 1, 1, 1, -1)
     with pytest.raises(TypeError):
-        _C._graph_launch("graph", 0, 0, 1, 1, 0)
+        _C._graph_launch("graph", 0, 0, 1, 1, 0, 0)
 
 
 def test_graph_slot_outputs_know_when_a_batch_is_alive():

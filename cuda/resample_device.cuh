@@ -137,7 +137,10 @@ __device__ void lerp_rows(Vec<T, N> *out, int64_t out_stride, const T *values, c
                 for (int j = 0; j < N; j++) o.v[j] = lerp<T>(x.v[j], y.v[j], w);
             }
         }
-        out[i * out_stride + c] = o;
+        /* evict-first: a big output streaming through L2 would push out the value rows and
+         * times still to be read (B64 S16384 T4096 D128 bf16: -5%, docs/perf-notes.md v12) */
+        if constexpr (sizeof(V) == 16) __stcs((uint4 *)&out[i * out_stride + c], *(const uint4 *)&o);
+        else out[i * out_stride + c] = o;
     }
 }
 

@@ -58,9 +58,10 @@ class BatchGraph:
         # earlier slot uses for intermediates, which that slot's next replay would overwrite
         self.slots = [_Slot(self, make, episodes, times, batch_size) for _ in range(slots)]
         self.pending: set = set()        # replayed, not handed out yet: in use though unreferenced
-        self.after = torch.cuda.Event()  # the consumer's queue at a replay, which the replay waits for
-        self.after.record(self.stream)   # (torch creates the CUDA event at its first record)
-        self._handles = (self.stream.cuda_stream, self.after.cuda_event)
+        # the consumer's queue at a replay, which the replay waits for
+        self.consumer_event = torch.cuda.Event()
+        self.consumer_event.record(self.stream)   # (torch creates the CUDA event at its first record)
+        self._handles = (self.stream.cuda_stream, self.consumer_event.cuda_event)
         self._consumer = None
         self._next = 0
 
@@ -94,8 +95,8 @@ class BatchGraph:
         for i in range(n):
             slot = self.slots[(self._next + i) % n]
             if slot not in self.pending and slot.outputs.free():
-                stream, after = self._handles
-                _graph_launch(slot.exec, stream, self._consumer_handle, after, done, ready, self.device)
+                stream, consumer_event = self._handles
+                _graph_launch(slot.exec, stream, self._consumer_handle, consumer_event, done, ready, self.device)
                 self.pending.add(slot)
                 self._next = (self._next + i + 1) % n
                 return slot
@@ -155,10 +156,10 @@ class Outputs:
 
 def _owned(out: dict) -> dict:
     """The outputs, each over a storage of its own that nothing else references: one shared with
-    another key, a view into a larger buffer or a broadcast is copied, inside the capture, into fresh slot memory. A whole view of a fresh
-    intermediate (a reshaped voxel grid) is its own already. (An output that is itself a
-    long-lived tensor would pass: the plans return none; test_graph_views_and_in_place_writes
-    scribbles over every output to catch one.)"""
+    another key, a view into a larger buffer or a broadcast is copied, inside the capture, into
+    fresh slot memory. A whole view of a fresh intermediate (a reshaped voxel grid) is its own
+    already. (An output that is itself a long-lived tensor would pass: the plans return none;
+    test_graph_views_and_in_place_writes scribbles over every output to catch one.)"""
     torch = _torch()
     count = torch._C._storage_Use_Count
     seen, owned = set(), {}

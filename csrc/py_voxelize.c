@@ -445,7 +445,7 @@ PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nar
         goto fail;
     }
     const int on_cuda = call.device_type == RC_DEVICE_CUDA;
-    va.bitmap = on_cuda; /* big occupancy grids: a bitmap in the workspace (voxelize_math.h) */
+    va.cuda_layout = on_cuda; /* the CUDA kernels' own workspace (voxelize_math.h) */
     const int64_t ws_bytes = rc_voxelize_workspace_size(&va);
     if (!on_cuda && out_bytes + ws_bytes > physical_memory()) {
         PyErr_Format(PyExc_MemoryError,

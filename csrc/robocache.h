@@ -174,13 +174,13 @@ typedef struct {
     int32_t deterministic;     /* 1: sum/mean in 64-bit fixed point (bitwise reproducible) */
     int32_t sync;              /* CUDA: wait for the stream before returning (the workspace's
                                   allocator does not order its reuse on this stream) */
-    int32_t bitmap;            /* 1: occupancy may build a bitmap of B*X*Y*Z bits in the
-                                  workspace (outputs >= RC_VOX_BITMAP_MIN bytes); set by the
+    int32_t cuda_layout;       /* 1: the CUDA kernels' workspace (voxelize_math.h), which adds
+                                  a bitmap of B*X*Y*Z bits for big occupancy grids; set by the
                                   binding for CUDA calls only, 0 for the CPU */
 } rc_voxelize_args;
 
-/* Bytes of workspace the call needs: the slots of sum/mean/max; for occupancy with `bitmap`
- * set, B*X*Y*Z bits when the output is big (voxelize_math.h); otherwise 0. */
+/* Bytes of workspace the call needs (voxelize_math.h): sum/mean/max's slots; with
+ * `cuda_layout` set, occupancy's B*X*Y*Z-bit bitmap of a big grid; otherwise 0. */
 int64_t rc_voxelize_workspace_size(const rc_voxelize_args *args);
 
 /* CPU: runs on `num_threads` threads; the result does not depend on the thread count. */
@@ -189,9 +189,8 @@ rc_status rc_voxelize_cpu(const rc_voxelize_args *args, int num_threads);
  * RC_CHECK_OFFSETS, row = position); lengths in [0, N] (RC_CHECK_LENGTHS, row = cloud). */
 rc_status rc_voxelize_check_cpu(rc_check_result *result, const rc_voxelize_args *args);
 
-/* CUDA (cuda/voxelize.cu; absent from CPU-only builds). Zeroes out (and dropped) on `stream`
- * then scatters (big occupancy grids: sets bits in the workspace, then writes out from them);
- * no host sync unless args->sync. */
+/* CUDA (cuda/voxelize.cu; absent from CPU-only builds), on `stream`; no host sync unless
+ * args->sync. */
 rc_status rc_voxelize_cuda(const rc_voxelize_args *args, int device, void *stream);
 /* Copies lengths/offsets to the host and runs rc_voxelize_check_cpu: syncs `stream`. */
 rc_status rc_voxelize_check_cuda(rc_check_result *result, const rc_voxelize_args *args,

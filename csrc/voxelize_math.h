@@ -202,12 +202,11 @@ RC_HD float rc_vox_to_f32(double f) {
  * which the final pass overwrites). Per slot: a count and F accumulators; deterministic sum/mean
  * add the per-cloud statistics that fix the scale and per-slot flags for non-finite features.
  *
- * CUDA occupancy on a big grid (args->bitmap set by the binding) sets bits of a bitmap instead
- * of storing into the output, then expands the bitmap into the whole output in one coalesced
- * pass (cuda/voxelize.cu). Only worth it when the output is about the size of L2 or more
- * (A100: 40 MB, H100: 50 MB): a smaller grid largely stays in L2 between the memset and the
- * scatter, so its scattered stores cost no DRAM read-modify-write and the bitmap path would only
- * add a launch and a workspace allocation. The CPU never uses it. */
+ * CUDA occupancy of a grid of >= RC_VOX_BITMAP_MIN bytes (args->cuda_layout set by the binding)
+ * sets bits of a bitmap instead of storing into the output, then expands the bitmap into the
+ * whole output in one coalesced pass (cuda/voxelize.cu). Only worth it when the output is about
+ * the size of L2 or more (A100: 40 MB, H100: 50 MB); smaller grids are written in slabs from
+ * shared memory. The CPU never uses it. */
 
 #define RC_VOX_BITMAP_MIN ((int64_t)32 << 20) /* output bytes: 32 MiB (not tuned finely) */
 
@@ -230,16 +229,16 @@ RC_HD int rc_vox_uses_slots(rc_vox_mode m) { return m == RC_VOX_SUM || m == RC_V
 
 RC_HD void rc_vox_layout_of(rc_vox_layout *l, const rc_voxelize_args *a) {
     memset(l, 0, sizeof *l);
-    if (a->bitmap && a->mode == RC_VOX_OCCUPANCY) {
-        const int64_t n = a->batch * a->grid[0] * a->grid[1] * a->grid[2]; /* B*V voxels */
-        if (n * rc_dtype_size(a->out_dtype) < RC_VOX_BITMAP_MIN) return;
+    const int64_t B = a->batch, V = a->grid[0] * a->grid[1] * a->grid[2];
+    if (a->cuda_layout && a->mode == RC_VOX_OCCUPANCY) {
+        if (B * V * rc_dtype_size(a->out_dtype) < RC_VOX_BITMAP_MIN) return;
         l->bitmap = 0;
-        l->bitmap_bytes = rc_vox_align16((n + 31) / 32 * 4);
+        l->bitmap_bytes = rc_vox_align16((B * V + 31) / 32 * 4);
         l->total = l->bitmap + l->bitmap_bytes;
         return;
     }
     if (!rc_vox_uses_slots(a->mode) || a->channels == 0) return;
-    const int64_t B = a->batch, F = a->channels;
+    const int64_t F = a->channels;
     l->fixed = a->deterministic && a->mode != RC_VOX_MAX;
     l->acc_size = (l->fixed || a->out_dtype == RC_F64) ? 8 : 4;
     l->slots = a->offsets ? a->points_per_cloud : B * a->points_per_cloud;

@@ -1,13 +1,17 @@
 /* cuda/voxelize.cu: voxelize on the GPU, bit-identical to csrc/cpu/voxelize.c in deterministic
  * mode (every mode is; deterministic=False only changes sum/mean to float atomics).
  * Layouts (elements): out [B,X,Y,Z] or [B,F,X,Y,Z] contiguous, dropped [B]; points/features
- * strided (robocache.h). The dense grid dominates the bytes, so it is written once at full
- * bandwidth by cudaMemsetAsync and the points then scatter sparse stores into it; blocks own a
- * chunk of one cloud and read 4 points per thread (three 16-byte loads when float32 points are
- * contiguous). Occupancy on a grid of >= 32 MiB whose B*X*Y*Z-bit bitmap fits in half of L2
- * sets bits in that bitmap instead (its random atomics stay in L2, where a store into the
- * grid would be a DRAM read-modify-write once the memset pushed the grid out of L2), then one
- * kernel writes the whole grid from it, coalesced 16-byte stores. Caller's stream, no host sync.
+ * strided (robocache.h). The dense grid dominates the bytes, so every path writes it once:
+ * - occupancy of a small grid: a block per (cloud, slab of voxels) reads all of its cloud's
+ *   points, sets its slab's bits in shared memory and writes the slab, zeros included (one
+ *   launch, no memset; the points are re-read from L2, bounded to twice the output's bytes);
+ * - occupancy of a grid of >= 32 MiB whose bitmap fits in half of L2: bits set in that bitmap
+ *   (random atomics that stay in L2), then one kernel writes the whole grid from it;
+ * - otherwise (count, sum/mean/max, occupancy of clouds too big for the slabs):
+ *   cudaMemsetAsync of the grid, then the points scatter sparse stores and atomics into it
+ *   (sum/mean/max through per-point slots).
+ * Point loops read 4 points per thread (three 16-byte loads when float32 points are
+ * contiguous). Caller's stream, no host sync.
  * Benchmark: benchmarks/bench_voxelize.py
  */
 #include <cuda_runtime.h>
@@ -76,21 +80,28 @@ __device__ __forceinline__ ull warp_max(ull v) {
     return v;
 }
 
+/* A cheap pre-test on x before the exact binning (three float64 divisions): a point passes
+ * when x's cell, approximated with a multiply by 1/size, lies in [lo, hi). The approximation is
+ * within 3 ulp of the exact quotient, far less than a cell for any in-grid point, so a window
+ * one cell wider than the wanted x-planes on each side never rejects a point that bins there.
+ * Points a window rejects count as neither seen nor kept. */
+struct XWindow {
+    int on;
+    double origin, inv, lo, hi;
+};
+
 /* ---- the point loop shared by every scatter-like pass ----
- * Block (b, chunk) visits cloud b's points in groups of 4 consecutive slot indices; the loop
- * trip count is uniform across the block so bodies may use warp collectives. Each thread ends
- * with how many in-range points it saw and kept; the block adds them to kept_out[b] and
- * dropped[b] with one atomic each. */
+ * Visits cloud cl's points in groups of 4 consecutive slot indices: groups first, first + step,
+ * ... of the cloud's (thread units); the trip count is uniform across the block so bodies may
+ * use warp collectives. Adds to seen / kept how many in-range points the thread saw and kept. */
 template <class Body>
-__global__ void __launch_bounds__(kThreads)
-points_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t chunks, int vec,
-              ull *kept_out, int64_t *dropped, Body body) {
-    const int64_t b = blockIdx.x / chunks, chunk = blockIdx.x - b * chunks;
-    const Cloud cl = cloud_of(a, b);
+__device__ __forceinline__ void visit_points(const rc_voxelize_args &a, const rc_vox_geom &g,
+                                             const Cloud &cl, int64_t first, int64_t step,
+                                             int vec, const Body &body, unsigned &seen,
+                                             unsigned &kept, XWindow win = XWindow{0, 0, 0, 0, 0}) {
     const int64_t f0 = cl.s0 + cl.r0, f1 = cl.s0 + cl.r1;
     const int64_t g0 = f0 >> 2, g1 = (f1 + 3) >> 2;
-    unsigned seen = 0, kept = 0;
-    for (int64_t base = g0 + chunk * kThreads; base < g1; base += chunks * kThreads) {
+    for (int64_t base = g0 + first; base < g1; base += step) {
         const int64_t grp = base + threadIdx.x, f = grp * 4;
         double x[4], y[4], z[4];
         bool in[4];
@@ -110,7 +121,7 @@ points_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t chunks, int
                 in[k] = grp < g1 && f + k >= f0 && f + k < f1;
                 x[k] = y[k] = z[k] = 0.0;
                 if (in[k]) {
-                    const int64_t e = b * a.points_stride_b + (f + k - cl.s0) * a.points_stride_n;
+                    const int64_t e = cl.b * a.points_stride_b + (f + k - cl.s0) * a.points_stride_n;
                     x[k] = rc_vox_load(a.points, e, a.points_dtype);
                     y[k] = rc_vox_load(a.points, e + a.points_stride_c, a.points_dtype);
                     z[k] = rc_vox_load(a.points, e + 2 * a.points_stride_c, a.points_dtype);
@@ -120,14 +131,22 @@ points_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t chunks, int
         int64_t v[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
+            if (win.on) {
+                const double q = (x[k] - win.origin) * win.inv; /* NaN passes: binned, dropped */
+                if (q < win.lo || q >= win.hi) in[k] = false;
+            }
             v[k] = in[k] ? rc_vox_bin(&g, x[k], y[k], z[k]) : -1;
             seen += in[k];
             kept += v[k] >= 0;
         }
         body(a, cl, f - cl.s0, v);
     }
-    if (!kept_out && !dropped) return;
-    __shared__ unsigned s_seen[kWarps], s_kept[kWarps];
+}
+
+/* The block's totals of seen and kept, in thread 0 (every thread of the Warps must call it). */
+template <int Warps = kWarps>
+__device__ __forceinline__ void block_totals(unsigned seen, unsigned kept, ull &ts, ull &tk) {
+    __shared__ unsigned s_seen[Warps], s_kept[Warps];
     seen = warp_sum(seen);
     kept = warp_sum(kept);
     if ((threadIdx.x & 31) == 0) {
@@ -135,12 +154,28 @@ points_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t chunks, int
         s_kept[threadIdx.x >> 5] = kept;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        ull ts = 0, tk = 0;
-        for (int w = 0; w < kWarps; w++) {
+    ts = tk = 0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < Warps; w++) {
             ts += s_seen[w];
             tk += s_kept[w];
         }
+}
+
+/* Block (b, chunk) of `chunks` per cloud visits its share of cloud b's points; the block adds
+ * its kept and dropped points to kept_out[b] and dropped[b] with one atomic each. */
+template <class Body>
+__global__ void __launch_bounds__(kThreads)
+points_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t chunks, int vec,
+              ull *kept_out, int64_t *dropped, Body body) {
+    const int64_t b = blockIdx.x / chunks, chunk = blockIdx.x - b * chunks;
+    const Cloud cl = cloud_of(a, b);
+    unsigned seen = 0, kept = 0;
+    visit_points(a, g, cl, chunk * kThreads, chunks * kThreads, vec, body, seen, kept);
+    if (!kept_out && !dropped) return;
+    ull ts, tk;
+    block_totals(seen, kept, ts, tk);
+    if (threadIdx.x == 0) {
         if (kept_out && tk) atomicAdd(kept_out + b, tk);
         if (dropped && ts > tk) atomicAdd((ull *)dropped + b, ts - tk);
     }
@@ -362,6 +397,61 @@ expand_kernel(U *out, const uint32_t *__restrict__ words, int64_t n, U one, int 
         out[i] = ((__ldg(words + (i >> 5)) >> (i & 31)) & 1u) ? one : (U)0;
 }
 
+/* ---- occupancy of a small grid: one block per (cloud, slab of S voxels) ----
+ * Every block visits all of its cloud's points (from L2 after the first block), sets the bits of
+ * its slab's voxels in shared memory, then writes the whole slab. The slab of cloud b's first
+ * block also counts the cloud's dropped points and stores them (no atomics, so no memset). */
+constexpr int kOccSlabMax = 65536; /* voxels: an 8 KiB shared bitmap */
+constexpr int kOccThreads = 1024;  /* a thread per 4 points of a 4096-point cloud: one round of
+                                      loads in flight, not a chain of them */
+
+struct SlabBits {
+    int64_t v0, S;
+    uint32_t *bits;
+    __device__ void operator()(const rc_voxelize_args &, const Cloud &, int64_t,
+                               const int64_t *v) const {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t i = v[k] - v0;
+            if (v[k] >= 0 && i >= 0 && i < S) atomicOr(bits + (i >> 5), 1u << (i & 31));
+        }
+    }
+};
+
+template <typename U>
+__global__ void __launch_bounds__(kOccThreads)
+occupancy_slab_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t V, int log2S,
+                      int64_t slabs, int vec_points, int vec_out, U one) {
+    __shared__ uint32_t bits[kOccSlabMax / 32];
+    const int64_t b = blockIdx.x / slabs, s = blockIdx.x - b * slabs;
+    const int64_t S = (int64_t)1 << log2S, v0 = s << log2S;
+    const int64_t nv = V - v0 < S ? V - v0 : S;
+    for (int64_t i = threadIdx.x; i < (nv + 31) >> 5; i += kOccThreads) bits[i] = 0;
+    __syncthreads();
+    /* only points whose x-plane the slab covers, except in the block that counts dropped */
+    const int64_t YZ = g.Y * g.Z;
+    const XWindow win = {!(s == 0 && a.dropped), g.origin[0], 1.0 / g.size[0],
+                         (double)(v0 / YZ) - 1.0, (double)((v0 + nv - 1) / YZ) + 2.0};
+    unsigned seen = 0, kept = 0;
+    visit_points(a, g, cloud_of(a, b), 0, kOccThreads, vec_points, SlabBits{v0, S, bits}, seen, kept,
+                 win);
+    __syncthreads();
+    if (!win.on) { /* uniform across the block */
+        ull ts, tk;
+        block_totals<kOccThreads / 32>(seen, kept, ts, tk);
+        if (threadIdx.x == 0) a.dropped[b] = (int64_t)(ts - tk);
+    }
+    U *out = (U *)a.out + b * V + v0;
+    if (vec_out) { /* out + b*V + v0 is 16-byte aligned and nv a multiple of E */
+        constexpr int E = 16 / sizeof(U); /* divides 32: a vector's bits lie in one word */
+        for (int64_t j = threadIdx.x; j < nv / E; j += kOccThreads)
+            ((uint4 *)out)[j] = expand16<U>(bits[(j * E) >> 5] >> ((j * E) & 31), one);
+    } else {
+        for (int64_t i = threadIdx.x; i < nv; i += kOccThreads)
+            out[i] = ((bits[i >> 5] >> (i & 31)) & 1u) ? one : (U)0;
+    }
+}
+
 /* L2 bytes of `device`, asked once per device (0 when unknown: then no bitmap path). */
 int l2_bytes(int device) {
     static int cache[64]; /* benign race: every writer stores the same value; -1 = unknown */
@@ -456,6 +546,9 @@ rc_status occupancy_bitmap(const Launch &L, const rc_vox_layout &l, int64_t V) {
     uint32_t *words = (uint32_t *)((char *)a.workspace + l.bitmap);
     rc_status st = RC_CUDA_CHECK(cudaMemsetAsync(words, 0, (size_t)l.bitmap_bytes, L.s),
                                  "cudaMemsetAsync (bitmap)");
+    if (st == RC_OK && a.dropped)
+        st = RC_CUDA_CHECK(cudaMemsetAsync(a.dropped, 0, (size_t)(a.batch * 8), L.s),
+                           "cudaMemsetAsync (dropped)");
     if (st == RC_OK) st = L.points(nullptr, a.dropped, Bits{V, words}, "voxelize bits kernel launch");
     if (st != RC_OK) return st;
     const int64_t n = a.batch * V;
@@ -467,35 +560,56 @@ rc_status occupancy_bitmap(const Launch &L, const rc_vox_layout &l, int64_t V) {
     }
 }
 
+/* log2 of the voxels per block of the small-grid occupancy path, or -1 for another path. Slabs
+ * grow from 2048 voxels while there are more than 128 blocks (about one wave of 1024-thread
+ * blocks) or while a slab's output is under 6 bytes per point of its cloud: every block re-reads
+ * the cloud's 12-byte points, so that bounds the re-reads to twice the output's bytes. */
+int occupancy_slab_log2(const rc_voxelize_args &a, int64_t V, int64_t per_cloud) {
+    const int64_t size = rc_dtype_size(a.out_dtype);
+    if (a.batch * V * size >= RC_VOX_BITMAP_MIN) return -1;
+    int log2S = 11;
+    auto small = [&](int k) { return (size << k) < 6 * per_cloud; };
+    while (log2S < 16 && ((int64_t)1 << log2S) < V &&
+           (a.batch * ceil_div(V, (int64_t)1 << log2S) > 128 || small(log2S)))
+        log2S++;
+    return ((int64_t)1 << log2S) < V && small(log2S) ? -1 : log2S;
+}
+
+template <typename U>
+rc_status occupancy_slabs_of(const Launch &L, int64_t V, int log2S, U one) {
+    const rc_voxelize_args &a = L.a;
+    const int64_t slabs = ceil_div(V, (int64_t)1 << log2S);
+    const int vec_out = aligned16(a.out) && (V * (int64_t)sizeof(U)) % 16 == 0;
+    occupancy_slab_kernel<U><<<(unsigned)(a.batch * slabs), kOccThreads, 0, L.s>>>(
+        a, L.g, V, log2S, slabs, L.vec, vec_out, one);
+    return RC_CUDA_CHECK(cudaGetLastError(), "voxelize occupancy slab kernel launch");
+}
+
+rc_status occupancy_slabs(const Launch &L, int64_t V, int log2S) {
+    switch (rc_dtype_size(L.a.out_dtype)) {
+    case 1: return occupancy_slabs_of<uint8_t>(L, V, log2S, 1);
+    case 2:
+        return occupancy_slabs_of<uint16_t>(L, V, log2S,
+                                            L.a.out_dtype == RC_F16 ? 0x3c00 : 0x3f80);
+    case 4: return occupancy_slabs_of<uint32_t>(L, V, log2S, 0x3f800000u);
+    default: return occupancy_slabs_of<ull>(L, V, log2S, 0x3ff0000000000000ull);
+    }
+}
+
 rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
+    if (a.batch == 0) return RC_OK;
     const int64_t V = a.grid[0] * a.grid[1] * a.grid[2];
     const int feat_mode = a.mode >= RC_VOX_SUM;
     const int64_t out_bytes =
         a.batch * (feat_mode ? a.channels : 1) * V * rc_dtype_size(a.out_dtype);
     rc_vox_layout l;
     rc_vox_layout_of(&l, &a);
-    /* big occupancy grid whose bitmap fits comfortably in L2 (half of it: the points stream
-     * through L2 too): the bitmap path; otherwise memset + plain stores */
-    const int bitmap = l.bitmap_bytes > 0 && l.bitmap_bytes <= l2_bytes(device) / 2;
 
-    /* the dense grid at full bandwidth; everything after this is sparse */
-    rc_status st = RC_OK;
-    if (out_bytes > 0 && !bitmap)
-        st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s), "cudaMemsetAsync (out)");
-    if (st == RC_OK && a.dropped && a.batch)
-        st = RC_CUDA_CHECK(cudaMemsetAsync(a.dropped, 0, (size_t)(a.batch * 8), s),
-                           "cudaMemsetAsync (dropped)");
-    if (st == RC_OK && l.total && !l.bitmap_bytes) /* the bitmap is zeroed only when used */
-        st = RC_CUDA_CHECK(cudaMemsetAsync(a.workspace, 0, (size_t)l.total, s),
-                           "cudaMemsetAsync (workspace)");
-    if (st != RC_OK) return st;
-
-    const int64_t per_cloud = a.offsets ? ceil_div(a.points_per_cloud, a.batch > 0 ? a.batch : 1)
-                                        : a.points_per_cloud;
+    const int64_t per_cloud = a.offsets ? ceil_div(a.points_per_cloud, a.batch) : a.points_per_cloud;
     Launch L = {a, rc_vox_geom_of(&a), s, 1, 1, 0};
     L.chunks4 = ceil_div(ceil_div(per_cloud, 4) + 1, kThreads);
     L.chunks1 = ceil_div(per_cloud, kThreads);
-    const int64_t max_chunks = a.batch > 0 ? (int64_t)INT32_MAX / a.batch : 1;
+    const int64_t max_chunks = (int64_t)INT32_MAX / a.batch;
     if (L.chunks4 < 1) L.chunks4 = 1;
     if (L.chunks1 < 1) L.chunks1 = 1;
     if (L.chunks4 > max_chunks) L.chunks4 = max_chunks;
@@ -505,9 +619,31 @@ rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
             (a.offsets || a.batch == 1 || a.points_stride_b == 3 * a.points_per_cloud) &&
             aligned16(a.points);
 
+    /* paths that write the whole output themselves */
+    if (a.mode == RC_VOX_OCCUPANCY) {
+        /* a big grid whose bitmap fits comfortably in L2 (half of it: the points stream through
+         * L2 too) */
+        if (l.bitmap_bytes > 0 && l.bitmap_bytes <= l2_bytes(device) / 2)
+            return occupancy_bitmap(L, l, V);
+        const int log2S = occupancy_slab_log2(a, V, per_cloud);
+        if (log2S >= 0 && a.batch * ceil_div(V, (int64_t)1 << log2S) <= INT32_MAX)
+            return occupancy_slabs(L, V, log2S);
+    }
+
+    /* the rest: the dense grid zeroed at full bandwidth, then sparse stores */
+    rc_status st = RC_OK;
+    if (out_bytes > 0)
+        st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s), "cudaMemsetAsync (out)");
+    if (st == RC_OK && a.dropped)
+        st = RC_CUDA_CHECK(cudaMemsetAsync(a.dropped, 0, (size_t)(a.batch * 8), s),
+                           "cudaMemsetAsync (dropped)");
+    if (st == RC_OK && l.total && !l.bitmap_bytes) /* an unused bitmap needs no zeros */
+        st = RC_CUDA_CHECK(cudaMemsetAsync(a.workspace, 0, (size_t)l.total, s),
+                           "cudaMemsetAsync (workspace)");
+    if (st != RC_OK) return st;
+
     switch (a.mode) {
     case RC_VOX_OCCUPANCY:
-        if (bitmap) return occupancy_bitmap(L, l, V);
         switch (rc_dtype_size(a.out_dtype)) {
         case 1: return L.points(nullptr, a.dropped, occupancy<uint8_t>(V, 1), "voxelize kernel launch");
         case 2:

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 import robocache  # noqa: E402
 from reference import assert_equal, poisoned, to_numpy, voxelize_ref  # noqa: E402
 from test_voxelize import (FEATURE_MODES, FLOATS, GRID, KITTI, MODES, ORIGIN, VOXEL, VoxCase, assert_voxels,  # noqa: E402,F401
-                           in_dtype, kitti, make_points, make_vox)
+                           in_dtype, kitti, make_features, make_points, make_vox)
 
 pytestmark = pytest.mark.cuda
 
@@ -166,6 +166,24 @@ def test_cuda_benchmark_configs(mode, B, N, G, F, rng):
     assert_bitwise(go, co, f"{mode} B{B} N{N} {G}^3")
 
 
+@pytest.mark.parametrize("pdtype", ["float64", "float32"])
+def test_cuda_binning_at_cell_faces(pdtype, rng):
+    """Coordinates a few ulps either side of every cell face, for sizes that are not powers of
+    two: the GPU's float64 binning (csrc/voxelize_math.h, explicit _rn intrinsics so nvcc
+    cannot contract or approximate) must put each point in the CPU's voxel."""
+    size, origin, grid = np.array([0.1, 1 / 3, 0.07]), np.array([-0.35, 0.2, -1.1]), (40, 30, 50)
+    k = rng.integers(-2, np.array(grid) + 3, (100_000, 3))
+    p = origin + k * size
+    p = p + rng.integers(-4, 5, p.shape) * np.spacing(p)
+    p = np.concatenate([p, rng.uniform(origin - 1, origin + size * grid + 1, (100_000, 3))])
+    pts = torch.from_numpy(p.astype(pdtype)).reshape(4, -1, 3)
+    kw = dict(grid=grid, voxel_size=tuple(size), origin=tuple(origin), mode="count")
+    co = robocache.voxelize(pts, **kw)
+    go = robocache.voxelize(pts.cuda(), **kw)
+    assert_bitwise(go, co, pdtype)
+    assert_equal(co, voxelize_ref(pts.numpy(), **kw)[0])
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "unaligned", "strided", "odd-n", "transposed"])
 def test_cuda_point_layouts(layout, make_vox):
     """The 16-byte vector loads apply only to contiguous, aligned float32 points;
@@ -224,6 +242,89 @@ def test_cuda_out_poison_written_everywhere(make_vox):
         buf = poisoned(ref.shape, case.out_dtype, g["points"])
         assert robocache.voxelize(g["points"], **case.kwargs(g, out=buf)) is buf
         case.assert_matches(buf, ref, buf)
+
+
+# ----------------------------------------------------------------------------
+# the CUDA paths of cuda/voxelize.cu on grids bigger than GRID. Occupancy of a grid under
+# 32 MiB: blocks of 2048-65536 voxels set shared bits and write their slab, unless a slab would
+# write under 6 bytes per point of its cloud even at 65536 voxels (then memset + scatter). V a
+# multiple of 16 takes the 16-byte stores, an odd V the scalar ones. sum/mean/max: per-point
+# slots, few or many channels, clouds of a few thousand points or of 70k.
+
+GRID_X16 = (37, 20, 12)   # V = 8880 = 16 * 555
+GRID_ODD = (37, 21, 13)   # V = 10101
+PATH_VOXEL, PATH_ORIGIN = (0.05, 0.1, 0.025), (-1.0, 0.5, -0.2)
+
+
+def path_case(rng, mode, form, *, B, N, F=3, grid=GRID_X16, dtype=None):
+    """Dense clouds padded past lengths (in-grid points, NaN features), or ragged with an empty
+    cloud; points on faces, outside, non-finite; negative features."""
+    pts_of = lambda n: make_points(rng, n, "float32", grid, PATH_VOXEL, PATH_ORIGIN)  # noqa: E731
+    extra = {}
+    if form == "ragged":
+        n = rng.integers(N // 2, N + 1, B)
+        n[0] = 0
+        extra["offsets"] = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        pts, feats = pts_of(int(n.sum())), make_features(rng, int(n.sum()), F, "float32", True)
+    else:
+        pts = np.stack([pts_of(N) for _ in range(B)])
+        feats = np.stack([make_features(rng, N, F, "float32", True) for _ in range(B)])
+        n = rng.integers(N // 2, N + 1, B).astype(np.int64)
+        n[-1] = N
+        for b in range(B):
+            pts[b, n[b]:] = np.asarray(PATH_ORIGIN, np.float32)
+            feats[b, n[b]:] = np.nan
+        extra["lengths"] = n
+    return VoxCase(points=pts, pdtype="float32", mode=mode, seed=rng.seed,
+                   features=feats if mode in FEATURE_MODES else None, grid=grid,
+                   voxel_size=PATH_VOXEL, origin=PATH_ORIGIN, dtype=dtype, **extra)
+
+
+def check_path(case):
+    """CUDA == CPU bit for bit, == the reference, dropped too; a poisoned out= fully written."""
+    (go, gd), (co, cd) = gpu_and_cpu(case)
+    bitwise_nan_canonical(go, co, case.msg)
+    assert_equal(to_numpy(gd).reshape(-1), to_numpy(cd).reshape(-1), msg="dropped " + case.msg)
+    ref, ref_dropped = case.reference()
+    case.assert_matches(go, ref, go)
+    assert_equal(to_numpy(gd).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+    g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
+    buf = poisoned(ref.shape, case.out_dtype, g["points"])
+    robocache.voxelize(g["points"], **case.kwargs(g, out=buf))
+    bitwise_nan_canonical(buf, go, "out= " + case.msg)
+
+
+@pytest.mark.parametrize("grid", [GRID_X16, GRID_ODD], ids=["x16", "odd"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "uint8", "bool"])
+@pytest.mark.parametrize("form", ["dense", "ragged"])
+def test_cuda_occupancy_slabs(form, dtype, grid, rng):
+    """B=5 clouds of <= 2000 points: float32 slabs of 4096 voxels (3 per cloud), uint8 one."""
+    check_path(path_case(rng, "occupancy", form, B=5, N=2000, grid=grid, dtype=dtype))
+
+
+@pytest.mark.parametrize("form", ["dense", "ragged"])
+def test_cuda_occupancy_scatter_fallback(form, rng):
+    """50k points in an 84000-voxel grid: a 65536-voxel float32 slab writes 256 KiB < 6 bytes
+    x 50k points, so the memset + scatter path runs."""
+    check_path(path_case(rng, "occupancy", form, B=2, N=50_000, grid=(70, 40, 30)))
+
+
+@pytest.mark.parametrize("grid", [GRID_X16, GRID_ODD], ids=["x16", "odd"])
+@pytest.mark.parametrize("mode", FEATURE_MODES)
+@pytest.mark.parametrize("form", ["dense", "ragged"])
+def test_cuda_feature_modes_bigger_grids(form, mode, grid, rng):
+    check_path(path_case(rng, mode, form, B=5, N=3000, grid=grid))
+
+
+@pytest.mark.parametrize("mode", FEATURE_MODES)
+def test_cuda_feature_modes_float64_out(mode, rng):
+    check_path(path_case(rng, mode, "dense", B=3, N=3000, F=5, dtype="float64"))
+
+
+@pytest.mark.parametrize("mode", FEATURE_MODES)
+@pytest.mark.parametrize("N,F", [(400, 48), (70_000, 2)], ids=["48 channels", "70k points"])
+def test_cuda_feature_modes_many_channels_or_points(N, F, mode, rng):
+    check_path(path_case(rng, mode, "dense", B=2, N=N, F=F))
 
 
 # ----------------------------------------------------------------------------

@@ -56,6 +56,17 @@ def bitwise_nan_canonical(a, b, msg=""):
     assert_bitwise(a, b, msg)
 
 
+def cuda_equals_cpu_and_reference(case):
+    """CUDA == CPU bit for bit and == the reference, dropped counts too. Returns (out, ref)."""
+    (go, gd), (co, cd) = gpu_and_cpu(case)
+    bitwise_nan_canonical(go, co, case.msg)
+    assert_equal(to_numpy(gd).reshape(-1), to_numpy(cd).reshape(-1), msg="dropped " + case.msg)
+    ref, ref_dropped = case.reference()
+    case.assert_matches(go, ref, go)
+    assert_equal(to_numpy(gd).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+    return go, ref
+
+
 # ----------------------------------------------------------------------------
 # CUDA == CPU (bitwise) == reference
 
@@ -64,13 +75,7 @@ def bitwise_nan_canonical(a, b, msg=""):
 @pytest.mark.parametrize("pdtype", FLOATS)
 @pytest.mark.parametrize("form", ["dense", "ragged", "single"])
 def test_cuda_equals_cpu_and_reference(form, pdtype, mode, make_vox):
-    case = make_vox(form, pdtype, mode, fdtype=pdtype, B=6, N=700)
-    (go, gd), (co, cd) = gpu_and_cpu(case)
-    bitwise_nan_canonical(go, co, case.msg)
-    assert_equal(to_numpy(gd).reshape(-1), to_numpy(cd).reshape(-1), msg="dropped " + case.msg)
-    ref, ref_dropped = case.reference()
-    case.assert_matches(go, ref, go)
-    assert_equal(to_numpy(gd).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+    cuda_equals_cpu_and_reference(make_vox(form, pdtype, mode, fdtype=pdtype, B=6, N=700))
 
 
 @pytest.mark.parametrize("mode", FEATURE_MODES)
@@ -281,13 +286,8 @@ def path_case(rng, mode, form, *, B, N, F=3, grid=GRID_X16, dtype=None):
 
 
 def check_path(case):
-    """CUDA == CPU bit for bit, == the reference, dropped too; a poisoned out= fully written."""
-    (go, gd), (co, cd) = gpu_and_cpu(case)
-    bitwise_nan_canonical(go, co, case.msg)
-    assert_equal(to_numpy(gd).reshape(-1), to_numpy(cd).reshape(-1), msg="dropped " + case.msg)
-    ref, ref_dropped = case.reference()
-    case.assert_matches(go, ref, go)
-    assert_equal(to_numpy(gd).reshape(-1), np.reshape(ref_dropped, -1), msg="dropped " + case.msg)
+    """As cuda_equals_cpu_and_reference, and a poisoned out= is fully written."""
+    go, ref = cuda_equals_cpu_and_reference(case)
     g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
     buf = poisoned(ref.shape, case.out_dtype, g["points"])
     robocache.voxelize(g["points"], **case.kwargs(g, out=buf))

@@ -121,7 +121,8 @@ __device__ __forceinline__ void visit_points(const rc_voxelize_args &a, const rc
                 in[k] = grp < g1 && f + k >= f0 && f + k < f1;
                 x[k] = y[k] = z[k] = 0.0;
                 if (in[k]) {
-                    const int64_t e = cl.b * a.points_stride_b + (f + k - cl.s0) * a.points_stride_n;
+                    const int64_t e =
+                        cl.b * a.points_stride_b + (f + k - cl.s0) * a.points_stride_n;
                     x[k] = rc_vox_load(a.points, e, a.points_dtype);
                     y[k] = rc_vox_load(a.points, e + a.points_stride_c, a.points_dtype);
                     z[k] = rc_vox_load(a.points, e + 2 * a.points_stride_c, a.points_dtype);
@@ -433,8 +434,8 @@ occupancy_slab_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t V, 
     const XWindow win = {!(s == 0 && a.dropped), g.origin[0], 1.0 / g.size[0],
                          (double)(v0 / YZ) - 1.0, (double)((v0 + nv - 1) / YZ) + 2.0};
     unsigned seen = 0, kept = 0;
-    visit_points(a, g, cloud_of(a, b), 0, kOccThreads, vec_points, SlabBits{v0, S, bits}, seen, kept,
-                 win);
+    visit_points(a, g, cloud_of(a, b), 0, kOccThreads, vec_points, SlabBits{v0, S, bits}, seen,
+                 kept, win);
     __syncthreads();
     if (!win.on) { /* uniform across the block */
         ull ts, tk;
@@ -605,7 +606,8 @@ rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
     rc_vox_layout l;
     rc_vox_layout_of(&l, &a);
 
-    const int64_t per_cloud = a.offsets ? ceil_div(a.points_per_cloud, a.batch) : a.points_per_cloud;
+    const int64_t per_cloud =
+        a.offsets ? ceil_div(a.points_per_cloud, a.batch) : a.points_per_cloud;
     Launch L = {a, rc_vox_geom_of(&a), s, 1, 1, 0};
     L.chunks4 = ceil_div(ceil_div(per_cloud, 4) + 1, kThreads);
     L.chunks1 = ceil_div(per_cloud, kThreads);
@@ -633,7 +635,8 @@ rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
     /* the rest: the dense grid zeroed at full bandwidth, then sparse stores */
     rc_status st = RC_OK;
     if (out_bytes > 0)
-        st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s), "cudaMemsetAsync (out)");
+        st = RC_CUDA_CHECK(cudaMemsetAsync(a.out, 0, (size_t)out_bytes, s),
+                           "cudaMemsetAsync (out)");
     if (st == RC_OK && a.dropped)
         st = RC_CUDA_CHECK(cudaMemsetAsync(a.dropped, 0, (size_t)(a.batch * 8), s),
                            "cudaMemsetAsync (dropped)");

@@ -414,7 +414,7 @@ struct SlabBits {
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int64_t i = v[k] - v0;
-            if (v[k] >= 0 && i >= 0 && i < S) atomicOr(bits + (i >> 5), 1u << (i & 31));
+            if (i >= 0 && i < S) atomicOr(bits + (i >> 5), 1u << (i & 31)); /* v = -1: i < 0 */
         }
     }
 };
@@ -570,7 +570,7 @@ int occupancy_slab_log2(const rc_voxelize_args &a, int64_t V, int64_t per_cloud)
     if (a.batch * V * size >= RC_VOX_BITMAP_MIN) return -1;
     int log2S = 11;
     auto small = [&](int k) { return (size << k) < 6 * per_cloud; };
-    while (log2S < 16 && ((int64_t)1 << log2S) < V &&
+    while (((int64_t)1 << log2S) < kOccSlabMax && ((int64_t)1 << log2S) < V &&
            (a.batch * ceil_div(V, (int64_t)1 << log2S) > 128 || small(log2S)))
         log2S++;
     return ((int64_t)1 << log2S) < V && small(log2S) ? -1 : log2S;
@@ -628,7 +628,7 @@ rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
         if (l.bitmap_bytes > 0 && l.bitmap_bytes <= l2_bytes(device) / 2)
             return occupancy_bitmap(L, l, V);
         const int log2S = occupancy_slab_log2(a, V, per_cloud);
-        if (log2S >= 0 && a.batch * ceil_div(V, (int64_t)1 << log2S) <= INT32_MAX)
+        if (log2S >= 0) /* under 32 MiB of output: far fewer than 2^31 blocks */
             return occupancy_slabs(L, V, log2S);
     }
 

@@ -121,17 +121,18 @@ def run_flat(calls, watched, n=CALLS):
         for _, fn in calls:
             fn()
     gc.collect()
+    def calls_from(lo, hi):
+        for i in range(lo, hi):
+            calls[i % len(calls)][1]()
+
     refs0 = [sys.getrefcount(o) for o in watched]
     r0 = rss()
     t0 = time.perf_counter()
-    k = len(calls)
     traced_from = n - n // 5  # tracemalloc makes Python allocations ~3x slower: the last 20% only
-    for i in range(traced_from):
-        calls[i % k][1]()
+    calls_from(0, traced_from)
     tracemalloc.start()
     m0 = tracemalloc.get_traced_memory()[0]
-    for i in range(traced_from, n):
-        calls[i % k][1]()
+    calls_from(traced_from, n)
     m1 = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     dt = time.perf_counter() - t0
@@ -142,8 +143,7 @@ def run_flat(calls, watched, n=CALLS):
     grown = r1 - r0
     if grown >= RSS_BOUND:
         r0 = rss()
-        for i in range(n):
-            calls[i % k][1]()
+        calls_from(0, n)
         gc.collect()
         grown = min(grown, rss() - r0)
     return grown, m1 - m0, dt, moved

@@ -79,19 +79,19 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
  * So duplicates resolve to the later sample and t[j] < t[j+1]. `hint` (CPU, may be NULL): the
  * previous target's j in this row. Targets of a window are usually sorted, so galloping
  * forward from it costs O(log gap) instead of O(log n); j is the same either way. The GPU
- * searches with a group of lanes instead (cuda/resample.cu) and calls the _finish half. */
+ * searches its own way (cuda/resample_device.cuh) and calls the _weigh half with the four
+ * times it needs: the row's first and last (t0, tl) and t[j], t[j+1] (a, b; any value when
+ * j < 0 or j >= n - 1, where they are not read). */
 #define RC_DEFINE_LOCATE(NAME, T, SUB_TO_DOUBLE)                                             \
-    RC_HD void NAME##_finish(rc_locate *loc, const T *t, int64_t st, int64_t n, T x,          \
-                             int64_t j, rc_mode mode, double tol) {                            \
+    RC_HD void NAME##_weigh(rc_locate *loc, T t0, T tl, T a, T b, int64_t n, T x, int64_t j,  \
+                            rc_mode mode, double tol) {                                        \
         if (n <= 0) { loc->i0 = loc->i1 = -1; loc->w = 0.0; loc->pad = 1; return; }           \
-        T t0 = t[0], tl = t[(n - 1) * st];                                                     \
         /* written so a NaN target fails both tests and counts as padding */                   \
         loc->pad = !((x >= t0 || SUB_TO_DOUBLE(t0, x) <= tol) &&                               \
                      (x <= tl || SUB_TO_DOUBLE(x, tl) <= tol));                                \
         loc->w = 0.0;                                                                          \
         if (j < 0) { loc->i0 = loc->i1 = 0; return; }                                          \
         if (j >= n - 1) { loc->i0 = loc->i1 = n - 1; return; }                                 \
-        T a = t[j * st], b = t[(j + 1) * st];                                                  \
         switch (mode) {                                                                        \
         case RC_LINEAR: case RC_SLERP:                                                         \
             loc->i0 = j; loc->i1 = j + 1;                                                      \
@@ -103,6 +103,13 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
             loc->i0 = loc->i1 = (SUB_TO_DOUBLE(b, x) <= SUB_TO_DOUBLE(x, a)) ? j + 1 : j;      \
             break;                                                                             \
         }                                                                                      \
+    }                                                                                          \
+    RC_HD void NAME##_finish(rc_locate *loc, const T *t, int64_t st, int64_t n, T x,          \
+                             int64_t j, rc_mode mode, double tol) {                            \
+        const int inner = j >= 0 && j < n - 1;                                                 \
+        if (n <= 0) { NAME##_weigh(loc, x, x, x, x, n, x, j, mode, tol); return; }             \
+        NAME##_weigh(loc, t[0], t[(n - 1) * st], inner ? t[j * st] : x,                        \
+                     inner ? t[(j + 1) * st] : x, n, x, j, mode, tol);                         \
     }                                                                                          \
     RC_HD void NAME(rc_locate *loc, const T *t, int64_t st, int64_t n, T x, rc_mode mode,      \
                     double tol, int64_t *hint) {                                               \

@@ -34,7 +34,9 @@ __global__ void __launch_bounds__(kThreads)
 fuse_kernel(const rc_fuse_args a, int tile, int L, int64_t tiles_per_row) {
     __shared__ int64_t s_r0[kMaxTile], s_r1[kMaxTile];
     __shared__ double s_w[kMaxTile];
-    __shared__ double s_split[kThreads]; /* stage-1 splitters, as the times' type */
+    /* phase 1's splitters. No stage of times: a fuse tile's targets are few with 32 lanes each,
+     * so the lane-group search ends in one step, and staging measured slower (perf-notes v13) */
+    __shared__ double s_split[kThreads];
     const int64_t b = blockIdx.x / tiles_per_row;
     const int64_t t_begin = (blockIdx.x - b * tiles_per_row) * tile;
     const int count = (int)min((int64_t)tile, a.targets - t_begin);
@@ -53,7 +55,7 @@ fuse_kernel(const rc_fuse_args a, int tile, int L, int64_t tiles_per_row) {
         rc_fuse_row_span(&v0, &t0, &n, &a, &s, b);
         rc_locate loc;
         rc::locate_tile(&loc, a.times_dtype, (const char *)s.times + t0 * tes, s.times_stride_s,
-                        n, xp, active, L, s.mode, a.tolerance, s_split);
+                        n, xp, active, L, s.mode, a.tolerance, s_split, 0);
         if (active && (threadIdx.x & (L - 1)) == 0) {
             if (a.is_pad) a.is_pad[(b * a.targets + t) * a.num_streams + k] = loc.pad;
             s_r0[g] = loc.i0 < 0 ? -1 : v0 + loc.i0 * s.values_stride_s;

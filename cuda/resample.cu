@@ -1,7 +1,8 @@
 /* cuda/resample.cu: resample on the GPU, bit-identical to csrc/cpu/resample.c (slerp aside).
  * Layouts (elements): out [B,T,D] contiguous, is_pad [B,T]; inputs strided (robocache.h).
  * One block per (row, tile of targets): phase 1 locates each target (block-wide splitters,
- * then a lane-group search; cuda/resample_device.cuh), phase 2 streams the tile's output rows
+ * then the run of times the tile needs staged in shared memory, or a lane-group search;
+ * cuda/resample_device.cuh), phase 2 streams the tile's output rows
  * with 16-byte loads and stores across the feature dim when the layout allows.
  * Caller's stream, no host sync. Benchmark: python benchmarks/bench_resample.py
  */
@@ -21,10 +22,10 @@ using rc::kMaxTile;
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 8) /* 8 blocks per SM: overlap phase 1 with phase 2 */
 resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row, bool vec,
-                int64_t chunk) {
+                int64_t chunk, int stage_bytes) {
     __shared__ int64_t s_r0[kMaxTile], s_r1[kMaxTile];
     __shared__ double s_w[kMaxTile];
-    __shared__ double s_split[kThreads]; /* phase-1 splitters, as the times' type */
+    extern __shared__ double s_stage[]; /* phase 1's splitters and staged times */
     const int64_t b = blockIdx.x / tiles_per_row;
     const int64_t t_begin = (blockIdx.x - b * tiles_per_row) * tile;
     const int count = (int)min((int64_t)tile, a.targets - t_begin);
@@ -38,7 +39,7 @@ resample_kernel(const rc_resample_args a, int tile, int L, int64_t tiles_per_row
                      (b * a.new_times_stride_b + (active ? t : 0) * a.new_times_stride_t) * tes;
     rc_locate loc;
     rc::locate_tile(&loc, a.times_dtype, (const char *)a.times + t0 * tes, a.times_stride_s, n, xp,
-                    active, L, a.mode, a.tolerance, s_split);
+                    active, L, a.mode, a.tolerance, s_stage, stage_bytes);
     if (active && (threadIdx.x & (L - 1)) == 0) {
         if (a.is_pad && blockIdx.y == 0) a.is_pad[b * a.targets + t] = loc.pad;
         s_r0[g] = loc.i0 < 0 ? -1 : v0 + loc.i0 * a.values_stride_s;
@@ -89,8 +90,9 @@ rc_status launch(const rc_resample_args &a, int device, cudaStream_t stream) {
         splits *= 2;
     const int64_t per = vec ? 16 / es : 1; /* elements per unit */
     const int64_t chunk = (units + splits - 1) / splits * per;
-    resample_kernel<T><<<dim3((unsigned)blocks, (unsigned)splits), kThreads, 0, stream>>>(
-        a, (int)tile, L, tiles_per_row, vec, chunk);
+    const int stage = rc::stage_bytes(device, kMaxTile * 24, 8);
+    resample_kernel<T><<<dim3((unsigned)blocks, (unsigned)splits), kThreads, stage, stream>>>(
+        a, (int)tile, L, tiles_per_row, vec, chunk, stage);
     return RC_CUDA_CHECK(cudaGetLastError(), "resample kernel launch");
 }
 

@@ -12,6 +12,7 @@
 
 #include "../csrc/resample_math.h"
 #include "../csrc/robocache.h"
+#include "cuda_util.cuh"
 
 namespace rc {
 
@@ -201,33 +202,76 @@ __device__ void write_rows(T *out, int64_t out_row, const T *values, int64_t D, 
 
 /* ---- phase 1: locate the tile's targets ------------------------------------------------ */
 
-/* Finding, for each target, the first sample with t > x is a chain of dependent loads, and
- * with times cold in L2 that latency (not bandwidth) bounds small batches. Two stages cut the
- * chain to ~2 loads for rows up to ~10^4 samples:
+/* Finding, for each target x, j = the last sample with t[j] <= x is a chain of dependent
+ * loads, and with times cold in L2 that latency (not bandwidth) bounds small batches and the
+ * start of big ones (the whole grid of a big call locates at once, in one wave). So:
  * 1. the block (all its targets share one row) loads 256 evenly spaced splitters at once and
  *    each target finds its bucket among them in shared memory;
- * 2. a group of L lanes (a power of two <= 32, consecutive in a warp) searches the bucket,
- *    each lane probing one of L split points per step, so a step divides the range by ~L+1.
- * Step sizes are approximate on purpose (no integer division); the bounds stay exact, so the
- * answer is the CPU's binary-search answer. Every lane of the block calls this; the caller's
- * barrier after phase 1 orders any reuse of s_split. */
-template <typename T>
-__device__ int64_t tile_upper_bound(const T *t, int64_t st, int64_t n, T x, bool active, int L,
-                                    T *s_split) {
-    int64_t lo = 0, hi = active ? n : 0; /* the answer is in [lo, hi] */
+ * 2. when the buckets of the tile's targets lie in a run of at most `stage` samples (a
+ *    loader's window, or a whole episode at a lower rate), the block copies that run into
+ *    shared memory with one coalesced load and every target ends its search there: two
+ *    round trips in all, whatever the row length. Rows of <= kSplitMin samples are staged
+ *    whole. `stage` 0 (fuse) skips this;
+ * 3. otherwise (targets spread over the row, or unsorted) a group of L lanes (a power of two
+ *    <= 32, consecutive in a warp) searches its bucket in global memory, each lane probing one
+ *    of L split points per step, so a step divides the range by ~L+1. Step sizes are
+ *    approximate on purpose (no integer division); the bounds stay exact.
+ * Every way gives the CPU's binary-search answer. Every lane of the block calls this with the
+ * same row; the caller's barrier after phase 1 orders any reuse of `s`. */
+template <typename T, void (*WEIGH)(rc_locate *, T, T, T, T, int64_t, T, int64_t, rc_mode,
+                                    double)>
+__device__ void locate_tile_t(rc_locate *loc, const T *t, int64_t st, int64_t n, const T *xp,
+                              bool active, int L, rc_mode mode, double tol, T *s, int stage) {
+    __shared__ int s_c[2]; /* lowest and highest bucket of the tile's targets */
+    const T x = active ? *xp : (T)0;
+    int64_t lo = 0, hi = active ? n : 0; /* the first t > x is in [lo, hi] */
+    int64_t r0 = 0, r1 = n - 1;          /* the run of samples that holds every [lo - 1, hi] */
     if (n > kSplitMin) {                 /* uniform across the block: same row */
         const int64_t step0 = n / (kThreads + 1);
-        s_split[threadIdx.x] = t[(threadIdx.x + 1) * step0 * st];
+        s[threadIdx.x] = t[(threadIdx.x + 1) * step0 * st];
+        if (threadIdx.x == 0 && stage > 0) {
+            s_c[0] = kThreads;
+            s_c[1] = 0;
+        }
         __syncthreads();
+        int c = 0, e = kThreads; /* c = splitters <= x */
         if (active) {
-            int c = 0, e = kThreads; /* c = splitters <= x */
             while (c < e) {
                 int m = (c + e) >> 1;
-                if (s_split[m] <= x) c = m + 1; else e = m;
+                if (s[m] <= x) c = m + 1; else e = m;
             }
             if (c > 0) lo = c * step0 + 1;
             if (c < kThreads) hi = (c + 1) * step0;
         }
+        if (stage > 0) {
+            const int cmin = __reduce_min_sync(0xffffffffu, active ? c : kThreads);
+            const int cmax = __reduce_max_sync(0xffffffffu, active ? c : 0);
+            if ((threadIdx.x & 31) == 0) {
+                atomicMin(&s_c[0], cmin);
+                atomicMax(&s_c[1], cmax);
+            }
+            __syncthreads(); /* also: every splitter read is done before the stage overwrites s */
+            r0 = s_c[0] * step0; /* lo - 1 of the lowest bucket */
+            r1 = s_c[1] < kThreads ? (s_c[1] + 1) * step0 : n - 1;
+        }
+    }
+    if (stage > 0 && r1 - r0 < stage) { /* uniform: s_c and n are the block's */
+        for (int64_t i = threadIdx.x; i <= r1 - r0; i += kThreads) s[i] = t[(r0 + i) * st];
+        T t0 = x, tl = x;
+        if (active && n > 0) {
+            t0 = t[0];
+            tl = t[(n - 1) * st];
+        }
+        __syncthreads();
+        if (!active) return;
+        while (lo < hi) {
+            int64_t mid = lo + ((hi - lo) >> 1);
+            if (s[mid - r0] <= x) lo = mid + 1; else hi = mid;
+        }
+        const int64_t j = lo - 1; /* inner j: r0 <= j and j + 1 <= r1 */
+        const bool inner = j >= 0 && j < n - 1;
+        WEIGH(loc, t0, tl, inner ? s[j - r0] : x, inner ? s[j + 1 - r0] : x, n, x, j, mode, tol);
+        return;
     }
     const int lane = threadIdx.x & 31, k = lane & (L - 1), shift = lane & ~(L - 1);
     const unsigned bits = L == 32 ? 0xffffffffu : ((1u << L) - 1u);
@@ -244,30 +288,32 @@ __device__ int64_t tile_upper_bound(const T *t, int64_t st, int64_t n, T x, bool
             lo = nlo;
         }
     }
-    return lo;
-}
-
-template <typename T, void (*FINISH)(rc_locate *, const T *, int64_t, int64_t, T, int64_t,
-                                     rc_mode, double)>
-__device__ void locate_tile_t(rc_locate *loc, const void *t, int64_t st, int64_t n,
-                              const void *xp, bool active, int L, rc_mode mode, double tol,
-                              double *s_split) {
-    const T x = active ? *(const T *)xp : (T)0;
-    const int64_t j = tile_upper_bound<T>((const T *)t, st, n, x, active, L, (T *)s_split) - 1;
-    if (active) FINISH(loc, (const T *)t, st, n, x, j, mode, tol);
+    if (!active) return;
+    const int64_t j = lo - 1;
+    const bool inner = j >= 0 && j < n - 1, some = n > 0; /* no read of t[-1] for an empty row */
+    WEIGH(loc, some ? t[0] : x, some ? t[(n - 1) * st] : x, inner ? t[j * st] : x,
+          inner ? t[(j + 1) * st] : x, n, x, j, mode, tol);
 }
 
 /* Phase 1 for one row of times (t: its first sample, st: stride, n: samples) and this lane's
- * target *xp; `loc` is written for active lanes. */
+ * target *xp; `loc` is written for active lanes. `s`: the block's shared stage of
+ * `stage_bytes` (>= kThreads * 8 bytes, the splitters; stage_bytes 0: splitters only). */
 __device__ __forceinline__ void locate_tile(rc_locate *loc, rc_dtype tdt, const void *t,
                                             int64_t st, int64_t n, const void *xp, bool active,
-                                            int L, rc_mode mode, double tol, double *s_split) {
+                                            int L, rc_mode mode, double tol, double *s,
+                                            int stage_bytes) {
     if (tdt == RC_F64)
-        locate_tile_t<double, rc_locate_f64_finish>(loc, t, st, n, xp, active, L, mode, tol, s_split);
+        locate_tile_t<double, rc_locate_f64_weigh>(loc, (const double *)t, st, n,
+                                                   (const double *)xp, active, L, mode, tol, s,
+                                                   stage_bytes / 8);
     else if (tdt == RC_F32)
-        locate_tile_t<float, rc_locate_f32_finish>(loc, t, st, n, xp, active, L, mode, tol, s_split);
+        locate_tile_t<float, rc_locate_f32_weigh>(loc, (const float *)t, st, n,
+                                                  (const float *)xp, active, L, mode, tol,
+                                                  (float *)s, stage_bytes / 4);
     else
-        locate_tile_t<int64_t, rc_locate_i64_finish>(loc, t, st, n, xp, active, L, mode, tol, s_split);
+        locate_tile_t<int64_t, rc_locate_i64_weigh>(loc, (const int64_t *)t, st, n,
+                                                    (const int64_t *)xp, active, L, mode, tol,
+                                                    (int64_t *)s, stage_bytes / 8);
 }
 
 /* ---- dispatch on the value dtype ---------------------------------------------------- */
@@ -296,13 +342,23 @@ rc_status with_value_type(rc_dtype dt, F &&f) {
 /* ---- grid sizing ------------------------------------------------------------------------ */
 
 inline int sm_count(int device) {
-    static int cache[64]; /* benign race: every writer stores the same value */
-    if (device >= 0 && device < 64 && cache[device]) return cache[device];
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n < 1)
-        n = 132;
-    if (device >= 0 && device < 64) cache[device] = n;
-    return n;
+    const int n = rc_device_attr(device, RC_ATTR_SMS);
+    return n > 0 ? n : 132;
+}
+
+/* Bytes of a block's phase-1 stage (dynamic shared memory): as many as still let `blocks`
+ * blocks (fewer where the SM holds fewer threads) share an SM beside `static_bytes` each, at
+ * most kStageMax, at least the splitters' kThreads * 8. 16 KiB on an H100/H200; a 256-target
+ * tile of a whole episode at a quarter of its rate spans ~1,100 float64 samples (9 KiB). */
+constexpr int kStageMax = 16384;
+inline int stage_bytes(int device, int static_bytes, int blocks) {
+    const int threads = rc_device_attr(device, RC_ATTR_THREADS_PER_SM);
+    if (threads >= kThreads && threads / kThreads < blocks) blocks = threads / kThreads;
+    const int smem = rc_device_attr(device, RC_ATTR_SMEM_PER_SM);
+    int per = (smem > 0 ? smem : 65536) / blocks - rc_device_attr(device, RC_ATTR_SMEM_RESERVED) -
+              static_bytes;
+    per &= ~255;
+    return per > kStageMax ? kStageMax : per < kThreads * 8 ? kThreads * 8 : per;
 }
 
 /* Tile of targets per block and search lanes per target: ~`work` units of phase-2 work per

@@ -453,19 +453,6 @@ occupancy_slab_kernel(const rc_voxelize_args a, const rc_vox_geom g, int64_t V, 
     }
 }
 
-/* L2 bytes of `device`, asked once per device (0 when unknown: then no bitmap path). */
-int l2_bytes(int device) {
-    static int cache[64]; /* benign race: every writer stores the same value; -1 = unknown */
-    if (device >= 0 && device < 64 && cache[device]) return cache[device] > 0 ? cache[device] : 0;
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, device) != cudaSuccess || n < 1) {
-        (void)cudaGetLastError(); /* not sticky; keep it out of the later launch checks */
-        n = -1;
-    }
-    if (device >= 0 && device < 64) cache[device] = n;
-    return n > 0 ? n : 0;
-}
-
 /* ---- launchers ---- */
 
 struct Launch {
@@ -625,7 +612,7 @@ rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
     if (a.mode == RC_VOX_OCCUPANCY) {
         /* a big grid whose bitmap fits comfortably in L2 (half of it: the points stream through
          * L2 too) */
-        if (l.bitmap_bytes > 0 && l.bitmap_bytes <= l2_bytes(device) / 2)
+        if (l.bitmap_bytes > 0 && l.bitmap_bytes <= rc_device_attr(device, RC_ATTR_L2_BYTES) / 2)
             return occupancy_bitmap(L, l, V);
         const int log2S = occupancy_slab_log2(a, V, per_cloud);
         if (log2S >= 0) /* under 32 MiB of output: far fewer than 2^31 blocks */

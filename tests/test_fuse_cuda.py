@@ -83,6 +83,15 @@ def test_cuda_vector_and_scalar_paths(vdtype, rng):
     run_case(case)
 
 
+@pytest.mark.parametrize("form", ["dense", "ragged"])
+@pytest.mark.parametrize("tdtype", TIME_DTYPES)
+def test_cuda_long_streams(tdtype, form, rng):
+    """Streams of up to 20,000 samples with unsorted targets spread over each: the splitters
+    and the lane-group search over long rows, in one launch."""
+    run_case(Fuse(rng, form, "float32", tdtype, ["linear", "nearest", "previous"], B=40, T_per=200,
+                  E=12, max_s=20000))
+
+
 @pytest.mark.parametrize("B,T_per", [(1, 1), (3, 0), (300, 2), (2, 700)])
 def test_cuda_sizes(B, T_per, rng):
     run_case(Fuse(rng, "dense", "float32", "float32", ["linear", "next", "slerp"], B=B, T_per=T_per))

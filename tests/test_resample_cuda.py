@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from conftest import Case, make_targets, make_times, make_values, place_targets  # noqa: E402
 from reference import (ALL_DTYPES, TIME_DTYPES, assert_close, assert_equal, modes_for,  # noqa: E402
                        poisoned, resample_ref, to_numpy)
 
@@ -140,6 +141,44 @@ def test_cuda_few_long_rows(vdtype, mode, feat, form, make_case):
     """Few outputs of long rows: the launcher splits each row's features across blocks; every
     element (and is_pad once) must be written, CUDA == CPU == reference."""
     case = make_case(form, vdtype, "float64", mode, B=3, S=7, T=2, feat=feat, episodes=4, max_len=8)
+    case.check("torch", "cuda")
+    assert_cuda_equals_cpu(case, *run_both(case))
+
+
+def long_row_targets(rng, t, T, tdtype, kind):
+    """T targets for one long row: "episode" sorted over the whole row at a lower rate (a
+    quarter of them exact samples, a quarter midpoints); "spread" unsorted with far outliers
+    (make_targets); "episode+outliers" the sorted ones with a few far outside the row."""
+    if kind == "spread":
+        return make_targets(rng, t, T, tdtype)
+    if tdtype == "float32":  # the 2**-11 grid of make_targets
+        x = rng.integers(int(t[0] * 2048), int(t[-1] * 2048), T, endpoint=True) / 2048
+    elif tdtype == "int64":
+        x = rng.integers(int(t[0]), int(t[-1]), T, endpoint=True)
+    else:
+        x = rng.uniform(t[0], t[-1], T)
+    x = place_targets(rng, x.astype(tdtype), t, np.array([t[0], t[-1]]), tdtype, p=[0.5, 0.25, 0.25, 0.0])
+    x = np.sort(x)
+    if kind == "episode+outliers":
+        span = t[-1] - t[0]
+        x[rng.integers(0, T, 3)] = np.array([t[0] - span, t[-1] + span, t[0] - 1]).astype(tdtype)
+    return x
+
+
+@pytest.mark.parametrize("kind", ["episode", "spread", "episode+outliers"])
+@pytest.mark.parametrize("tdtype", TIME_DTYPES)
+@pytest.mark.parametrize("vdtype,mode,feat", [("bfloat16", "linear", (64,)), ("float32", "nearest", (3,)),
+                                              ("int64", "next", (2,))])
+def test_cuda_long_rows(vdtype, mode, feat, tdtype, kind, rng):
+    """Rows longer than a block's stage of times, in 128- and 256-target tiles: sorted targets
+    end their search in the run of times staged in shared memory, spread or unsorted ones (and
+    tiles holding an outlier) search global memory. Both must give the CPU's answer, duplicate
+    times and exact hits included."""
+    B, S, T = 34, 8192, 4096
+    t = np.stack([make_times(rng, S, tdtype) for _ in range(B)])
+    v = make_values(rng, (B * S,) + feat, vdtype, mode).reshape((B, S) + feat)
+    x = np.stack([long_row_targets(rng, t[b], T, tdtype, kind) for b in range(B)])
+    case = Case(values=v, times=t, new_times=x, vdtype=vdtype, mode=mode, seed=rng.seed)
     case.check("torch", "cuda")
     assert_cuda_equals_cpu(case, *run_both(case))
 

@@ -79,9 +79,9 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
  * So duplicates resolve to the later sample and t[j] < t[j+1]. `hint` (CPU, may be NULL): the
  * previous target's j in this row. Targets of a window are usually sorted, so galloping
  * forward from it costs O(log gap) instead of O(log n); j is the same either way. The GPU
- * searches its own way (cuda/resample_device.cuh) and calls the _weigh half with the four
- * times it needs: the row's first and last (t0, tl) and t[j], t[j+1] (a, b; any value when
- * j < 0 or j >= n - 1, where they are not read). */
+ * searches its own way (cuda/resample_device.cuh) and calls _finish, or the _weigh half with
+ * the four times it needs from shared memory: the row's first and last (t0, tl) and t[j],
+ * t[j+1] (a, b; any value when j < 0 or j >= n - 1, where they are not read). */
 #define RC_DEFINE_LOCATE(NAME, T, SUB_TO_DOUBLE)                                             \
     RC_HD void NAME##_weigh(rc_locate *loc, T t0, T tl, T a, T b, int64_t n, T x, int64_t j,  \
                             rc_mode mode, double tol) {                                        \
@@ -106,9 +106,8 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
     }                                                                                          \
     RC_HD void NAME##_finish(rc_locate *loc, const T *t, int64_t st, int64_t n, T x,          \
                              int64_t j, rc_mode mode, double tol) {                            \
-        const int inner = j >= 0 && j < n - 1;                                                 \
-        if (n <= 0) { NAME##_weigh(loc, x, x, x, x, n, x, j, mode, tol); return; }             \
-        NAME##_weigh(loc, t[0], t[(n - 1) * st], inner ? t[j * st] : x,                        \
+        const int some = n > 0, inner = j >= 0 && j < n - 1; /* no read of t[-1] if empty */   \
+        NAME##_weigh(loc, some ? t[0] : x, some ? t[(n - 1) * st] : x, inner ? t[j * st] : x,  \
                      inner ? t[(j + 1) * st] : x, n, x, j, mode, tol);                         \
     }                                                                                          \
     RC_HD void NAME(rc_locate *loc, const T *t, int64_t st, int64_t n, T x, rc_mode mode,      \

@@ -218,8 +218,8 @@ __device__ void write_rows(T *out, int64_t out_row, const T *values, int64_t D, 
  *    approximate on purpose (no integer division); the bounds stay exact.
  * Every way gives the CPU's binary-search answer. Every lane of the block calls this with the
  * same row; the caller's barrier after phase 1 orders any reuse of `s`. */
-template <typename T, void (*WEIGH)(rc_locate *, T, T, T, T, int64_t, T, int64_t, rc_mode,
-                                    double)>
+template <typename T, void (*WEIGH)(rc_locate *, T, T, T, T, int64_t, T, int64_t, rc_mode, double),
+          void (*FINISH)(rc_locate *, const T *, int64_t, int64_t, T, int64_t, rc_mode, double)>
 __device__ void locate_tile_t(rc_locate *loc, const T *t, int64_t st, int64_t n, const T *xp,
                               bool active, int L, rc_mode mode, double tol, T *s, int stage) {
     __shared__ int s_c[2]; /* lowest and highest bucket of the tile's targets */
@@ -288,11 +288,7 @@ __device__ void locate_tile_t(rc_locate *loc, const T *t, int64_t st, int64_t n,
             lo = nlo;
         }
     }
-    if (!active) return;
-    const int64_t j = lo - 1;
-    const bool inner = j >= 0 && j < n - 1, some = n > 0; /* no read of t[-1] for an empty row */
-    WEIGH(loc, some ? t[0] : x, some ? t[(n - 1) * st] : x, inner ? t[j * st] : x,
-          inner ? t[(j + 1) * st] : x, n, x, j, mode, tol);
+    if (active) FINISH(loc, t, st, n, x, lo - 1, mode, tol);
 }
 
 /* Phase 1 for one row of times (t: its first sample, st: stride, n: samples) and this lane's
@@ -303,17 +299,17 @@ __device__ __forceinline__ void locate_tile(rc_locate *loc, rc_dtype tdt, const 
                                             int L, rc_mode mode, double tol, double *s,
                                             int stage_bytes) {
     if (tdt == RC_F64)
-        locate_tile_t<double, rc_locate_f64_weigh>(loc, (const double *)t, st, n,
-                                                   (const double *)xp, active, L, mode, tol, s,
-                                                   stage_bytes / 8);
+        locate_tile_t<double, rc_locate_f64_weigh, rc_locate_f64_finish>(
+            loc, (const double *)t, st, n, (const double *)xp, active, L, mode, tol, s,
+            stage_bytes / 8);
     else if (tdt == RC_F32)
-        locate_tile_t<float, rc_locate_f32_weigh>(loc, (const float *)t, st, n,
-                                                  (const float *)xp, active, L, mode, tol,
-                                                  (float *)s, stage_bytes / 4);
+        locate_tile_t<float, rc_locate_f32_weigh, rc_locate_f32_finish>(
+            loc, (const float *)t, st, n, (const float *)xp, active, L, mode, tol, (float *)s,
+            stage_bytes / 4);
     else
-        locate_tile_t<int64_t, rc_locate_i64_weigh>(loc, (const int64_t *)t, st, n,
-                                                    (const int64_t *)xp, active, L, mode, tol,
-                                                    (int64_t *)s, stage_bytes / 8);
+        locate_tile_t<int64_t, rc_locate_i64_weigh, rc_locate_i64_finish>(
+            loc, (const int64_t *)t, st, n, (const int64_t *)xp, active, L, mode, tol,
+            (int64_t *)s, stage_bytes / 8);
 }
 
 /* ---- dispatch on the value dtype ---------------------------------------------------- */

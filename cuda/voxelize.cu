@@ -515,6 +515,18 @@ Occupancy<U> occupancy(int64_t V, U one) {
     return o;
 }
 
+/* Calls f(one): `one` is 1 in the occupancy output's dtype, as the unsigned type of its size
+ * (occupancy writes 0 or that bit pattern, whatever the dtype). */
+template <class F>
+rc_status with_one(rc_dtype dt, F &&f) {
+    switch (rc_dtype_size(dt)) {
+    case 1: return f((uint8_t)1);
+    case 2: return f((uint16_t)(dt == RC_F16 ? 0x3c00 : 0x3f80));
+    case 4: return f(0x3f800000u);
+    default: return f(0x3ff0000000000000ull);
+    }
+}
+
 template <typename U>
 rc_status expand(const rc_voxelize_args &a, const uint32_t *words, int64_t n, U one,
                  cudaStream_t s) {
@@ -540,12 +552,7 @@ rc_status occupancy_bitmap(const Launch &L, const rc_vox_layout &l, int64_t V) {
     if (st == RC_OK) st = L.points(nullptr, a.dropped, Bits{V, words}, "voxelize bits kernel launch");
     if (st != RC_OK) return st;
     const int64_t n = a.batch * V;
-    switch (rc_dtype_size(a.out_dtype)) {
-    case 1: return expand<uint8_t>(a, words, n, 1, L.s);
-    case 2: return expand<uint16_t>(a, words, n, a.out_dtype == RC_F16 ? 0x3c00 : 0x3f80, L.s);
-    case 4: return expand<uint32_t>(a, words, n, 0x3f800000u, L.s);
-    default: return expand<ull>(a, words, n, 0x3ff0000000000000ull, L.s);
-    }
+    return with_one(a.out_dtype, [&](auto one) { return expand(a, words, n, one, L.s); });
 }
 
 /* log2 of the voxels per block of the small-grid occupancy path, or -1 for another path. Slabs
@@ -574,14 +581,7 @@ rc_status occupancy_slabs_of(const Launch &L, int64_t V, int log2S, U one) {
 }
 
 rc_status occupancy_slabs(const Launch &L, int64_t V, int log2S) {
-    switch (rc_dtype_size(L.a.out_dtype)) {
-    case 1: return occupancy_slabs_of<uint8_t>(L, V, log2S, 1);
-    case 2:
-        return occupancy_slabs_of<uint16_t>(L, V, log2S,
-                                            L.a.out_dtype == RC_F16 ? 0x3c00 : 0x3f80);
-    case 4: return occupancy_slabs_of<uint32_t>(L, V, log2S, 0x3f800000u);
-    default: return occupancy_slabs_of<ull>(L, V, log2S, 0x3ff0000000000000ull);
-    }
+    return with_one(L.a.out_dtype, [&](auto one) { return occupancy_slabs_of(L, V, log2S, one); });
 }
 
 rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
@@ -634,17 +634,9 @@ rc_status dispatch(const rc_voxelize_args &a, int device, cudaStream_t s) {
 
     switch (a.mode) {
     case RC_VOX_OCCUPANCY:
-        switch (rc_dtype_size(a.out_dtype)) {
-        case 1: return L.points(nullptr, a.dropped, occupancy<uint8_t>(V, 1), "voxelize kernel launch");
-        case 2:
-            return L.points(nullptr, a.dropped,
-                            occupancy<uint16_t>(V, a.out_dtype == RC_F16 ? 0x3c00 : 0x3f80),
-                            "voxelize kernel launch");
-        case 4: return L.points(nullptr, a.dropped, occupancy<uint32_t>(V, 0x3f800000u), "voxelize kernel launch");
-        default:
-            return L.points(nullptr, a.dropped, occupancy<ull>(V, 0x3ff0000000000000ull),
-                            "voxelize kernel launch");
-        }
+        return with_one(a.out_dtype, [&](auto one) {
+            return L.points(nullptr, a.dropped, occupancy(V, one), "voxelize kernel launch");
+        });
     case RC_VOX_COUNT:
         if (a.out_dtype == RC_I32) return L.points(nullptr, a.dropped, Count<int>{V}, "voxelize kernel launch");
         return L.points(nullptr, a.dropped, Count<ull>{V}, "voxelize kernel launch");

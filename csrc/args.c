@@ -95,14 +95,6 @@ int rc_parse_tolerance(double *tolerance, PyObject *obj) {
     return 0;
 }
 
-const char *rc_dims_str(char *buf, size_t n, int ndim, const int64_t *shape) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && k < n; d++)
-        k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)shape[d]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-    return buf;
-}
-
 int rc_shape_error(const rc_tensor *v, const char *name, const char *what) {
     char s[128];
     PyErr_Format(PyExc_ValueError, "%s: expected %s, got shape %s", name, what,
@@ -313,14 +305,6 @@ int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, in
 #else
     return 0; /* not built with CUDA: the op raises rc_no_cuda_error instead of running */
 #endif
-}
-
-PyObject *rc_no_cuda_error(rc_state *st, const char *name, int device_id) {
-    PyErr_Format(st->CudaError,
-                 "%s is on cuda:%d but this robocache was built without CUDA; reinstall with "
-                 "nvcc on PATH (or CUDA_HOME set, or ROBOCACHE_CUDA=1)",
-                 name, device_id);
-    return NULL;
 }
 
 PyObject *rc_result(PyObject *out, PyObject *extra) {

@@ -12,12 +12,6 @@
 
 /* ---- dtypes and devices ------------------------------------------------------------------ */
 
-static const char *const dtype_names[RC_NUM_DTYPES] = {
-    "float32", "float64", "float16", "bfloat16", "int8",   "int16", "int32",
-    "int64",   "uint8",   "uint16",  "uint32",   "uint64", "bool"};
-
-const char *rc_dtype_name(rc_dtype dt) { return dtype_names[dt]; }
-
 static int dtype_from_dl(rc_dtype *out, DLDataType t) {
     switch (t.code) {
     case kDLFloat:
@@ -858,18 +852,4 @@ int rc_alloc_array(rc_call *c, PyObject **out_obj, rc_tensor *view, PyObject *li
     }
     *out_obj = arr;
     return 0;
-}
-
-/* ---- errors -------------------------------------------------------------------------------- */
-
-PyObject *rc_raise_status(rc_state *st, rc_status status) {
-    PyObject *type;
-    switch (status) {
-    case RC_ERR_VALUE: type = PyExc_ValueError; break;
-    case RC_ERR_TYPE: type = PyExc_TypeError; break;
-    case RC_ERR_NOMEM: type = PyExc_MemoryError; break;
-    default: type = st->CudaError; break;
-    }
-    PyErr_SetString(type, rc_last_error());
-    return NULL;
 }

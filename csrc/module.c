@@ -13,8 +13,6 @@
 #define RC_CUDA_ARCHS ""
 #endif
 
-rc_state *rc_get_state(PyObject *module) { return (rc_state *)PyModule_GetState(module); }
-
 static int default_threads(void) {
     const char *env = getenv("ROBOCACHE_NUM_THREADS");
     if (env && atoi(env) > 0) return atoi(env);

@@ -1,5 +1,6 @@
-/* module.h: what the CPython glue files share: module state, the per-call import context
- * (dlpack_bridge.c), the error conversion and the argument helpers (args.c).
+/* module.h: what the CPython glue files share: module state, the message and exception helpers
+ * (messages.c), the per-call import context (dlpack_bridge.c) and the argument helpers (args.c).
+ * Files call down that list, never up it (tests/test_layering.py); module.c sits on top.
  * Kernel code never includes this. */
 #ifndef RC_MODULE_H
 #define RC_MODULE_H
@@ -65,7 +66,10 @@ typedef struct {
     int n_imports;
 } rc_call;
 
-rc_state *rc_get_state(PyObject *module);
+/* Inline rather than in module.c: every op needs it, and module.c calls the ops. */
+static inline rc_state *rc_get_state(PyObject *module) {
+    return (rc_state *)PyModule_GetState(module);
+}
 
 /* the ops (py_<op>.c) */
 PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
@@ -77,6 +81,19 @@ extern const char rc_voxelize_doc_text[];
 PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames);
 extern const char rc_fuse_doc_text[];
+
+/* ---- messages and exceptions (messages.c) ---- */
+
+/* The dtype's name as numpy and torch spell it ("float32", "bool"). */
+const char *rc_dtype_name(rc_dtype dt);
+/* Writes "[d0, d1, ...]" into buf (truncated to n) and returns buf. */
+const char *rc_dims_str(char *buf, size_t n, int ndim, const int64_t *shape);
+/* Raises the exception for a failed rc_status (message from rc_last_error). Returns NULL. */
+PyObject *rc_raise_status(rc_state *st, rc_status status);
+/* Raises CudaError "<name> is on cuda:<id> but this robocache was built without CUDA"; NULL. */
+PyObject *rc_no_cuda_error(rc_state *st, const char *name, int device_id);
+
+/* ---- the per-call import context (dlpack_bridge.c) ---- */
 
 void rc_call_init(rc_call *c, rc_state *st, PyObject *stream_arg);
 void rc_call_release(rc_call *c);
@@ -105,10 +122,6 @@ int rc_import_contiguous(rc_call *c, rc_tensor *view, PyObject *obj, const char 
 /* The CUDA stream of this call (explicit stream=, else the framework's current stream). */
 int rc_call_stream(rc_call *c, void **stream);
 
-/* Raises the exception for a failed rc_status (message from rc_last_error). Returns NULL. */
-PyObject *rc_raise_status(rc_state *st, rc_status status);
-
-const char *rc_dtype_name(rc_dtype dt);
 int rc_is_contiguous(const rc_tensor *v);
 
 /* ---- argument helpers (args.c): return 0, or -1 with the exception set, unless said ---- */
@@ -134,8 +147,6 @@ int rc_name_index(PyObject *obj, PyObject *const names[5], const char *arg, cons
 int rc_parse_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char *name);
 /* tolerance=: 1e-4 when not given or None, else a number >= 0 (seconds). */
 int rc_parse_tolerance(double *tolerance, PyObject *obj);
-/* Writes "[d0, d1, ...]" into buf (truncated to n) and returns buf. */
-const char *rc_dims_str(char *buf, size_t n, int ndim, const int64_t *shape);
 /* Raises ValueError "<name>: expected <what>, got shape [...]"; returns -1. */
 int rc_shape_error(const rc_tensor *v, const char *name, const char *what);
 /* v has ndim dims, else rc_shape_error. */
@@ -161,8 +172,6 @@ int rc_out_arg(rc_call *c, PyObject **out_obj, rc_tensor *out, PyObject *arg, Py
 /* Content check of n resample arg sets (fuse: per stream, labels[k]) on the call's device. */
 int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, int n, int ragged,
                       const char *const *labels);
-/* Raises CudaError "<name> is on cuda:<id> but this robocache was built without CUDA"; NULL. */
-PyObject *rc_no_cuda_error(rc_state *st, const char *name, int device_id);
 /* out alone, or (out, extra) when extra is not NULL; steals both references. */
 PyObject *rc_result(PyObject *out, PyObject *extra);
 

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ._C import resample as _resample
+from .frames.store import FrameStore
 
 __all__ = ["Dataset", "Episode", "PointClouds", "Stream"]
 
@@ -53,8 +54,8 @@ def _torch():
 def _default_device():
     torch = _torch()
     if torch.cuda.is_available():
-        from . import build_info
-        if build_info()["cuda"]:
+        from ._C import _build_info
+        if _build_info()["cuda"]:
             return torch.device("cuda")
     return torch.device("cpu")
 
@@ -109,6 +110,21 @@ def _dtype_name(dtype) -> str:
 # per-stream storage
 
 
+class _FrameRows:
+    """The pixels of a FrameStore as ``[frames * H * W, C]`` rows for statistics, decoded in chunks
+    (never all at once: a YUV or host/disk stream may not fit the device decoded)."""
+
+    def __init__(self, store: FrameStore):
+        self.store = store
+        self.dtype = store.dtype
+        self.shape = (len(store) * store.height * store.width, store.channels)
+
+    def chunks(self):
+        step = max(1, STATS_CHUNK // max(1, self.store.height * self.store.width * self.store.channels))
+        for a in range(0, len(self.store), step):
+            yield self.store[a:a + step].reshape(-1, self.store.channels)
+
+
 @dataclass(frozen=True)
 class PointClouds:
     """The point clouds of one episode: ``points [P,C]`` and ``offsets [M+1]`` (int64, from 0),
@@ -135,8 +151,10 @@ class Stream:
     name, kind, mode : str
         ``kind`` is continuous / discrete / image / pointcloud / text; ``mode`` the default
         resample mode (linear, nearest, previous, next, slerp).
-    values : torch.Tensor
-        ``[N, ...]`` samples back to back (point clouds: ``[P, C]`` points).
+    values : torch.Tensor or FrameStore
+        ``[N, ...]`` samples back to back (point clouds: ``[P, C]`` points). Image streams hold a
+        :class:`robocache.frames.FrameStore` (``frames``): RGB or YUV frames in the device, pinned-host or
+        disk tier; indexing it gives decoded ``[n, H, W, C]`` frames on the dataset's device.
     times : torch.Tensor
         ``[N]`` float64 seconds (point clouds: one time per frame, ``[M]``).
     offsets : torch.Tensor
@@ -159,6 +177,8 @@ class Stream:
         self.name = name
         self.kind = kind
         self.mode = mode
+        if kind == "image" and not isinstance(values, FrameStore):
+            values = FrameStore.from_rgb(values)
         self.values = values
         self.times = times
         self.offsets = offsets
@@ -177,6 +197,11 @@ class Stream:
     @property
     def device(self):
         return self.values.device
+
+    @property
+    def frames(self) -> FrameStore | None:
+        """Image streams: where the frames live (``frames.tier``) and how batches read them."""
+        return self.values if isinstance(self.values, FrameStore) else None
 
     @property
     def dtype(self):
@@ -204,9 +229,11 @@ class Stream:
 
     @property
     def nbytes(self) -> int:
-        """Device memory held by the stream's tensors (values, times, offsets, frame offsets)."""
-        tensors = (self.values, self.times, self.offsets, self.frame_offsets)
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        """Bytes held by the stream: values (an image stream's frames in their tier), times, offsets."""
+        tensors = (self.times, self.offsets, self.frame_offsets)
+        n = sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        v = self.values
+        return n + (v.nbytes if isinstance(v, FrameStore) else v.numel() * v.element_size())
 
     # --- time ----------------------------------------------------------------------------
 
@@ -264,6 +291,13 @@ class Stream:
     def _stat_rows(self):
         """values as ``[rows, features]`` for statistics, and the shape to give the results."""
         v = self.values
+        if isinstance(v, FrameStore):
+            if v.format == "rgb" and v.tier in ("device", "cpu") and v.rows is None:
+                v = v.data
+            elif v.dtype == _torch().uint8:
+                return _FrameRows(v), (v.channels,)   # decoded chunk by chunk (YUV, host, disk)
+            else:
+                v = v[:]
         if self.kind in ("image", "pointcloud"):
             c = v.shape[-1] if v.dim() > 1 else 1
             return v.reshape(v.numel() // max(c, 1), c), (c,)
@@ -295,7 +329,7 @@ class Stream:
             nan = torch.full(shape, math.nan, **f64)
             return {k: nan.clone() for k in ("min", "max", "mean", "std", "q01", "q99")}
         if rows.dtype in (torch.uint8, torch.int8, torch.bool):
-            out = self._histogram_stats(rows)
+            out = self._histogram_stats(rows if not isinstance(rows, _FrameRows) else rows.chunks(), m, c)
             return {k: v.reshape(shape) for k, v in out.items()}
         # Chan et al. pairwise combination of (count, mean, M2) over float64 chunks
         step = max(1, STATS_CHUNK // max(c, 1))
@@ -325,18 +359,23 @@ class Stream:
         out = {"min": lo, "max": hi, "mean": mean, "std": std, "q01": q[0], "q99": q[1]}
         return {k: v.reshape(shape) for k, v in out.items()}
 
-    def _histogram_stats(self, rows) -> dict:
+    def _histogram_stats(self, rows, m: int, c: int) -> dict:
         """8-bit values (images): one 256-bin histogram per feature, so every statistic,
-        q01/q99 included, is exact over all rows; ~10x faster than float64 reductions."""
+        q01/q99 included, is exact over all rows; ~10x faster than float64 reductions.
+        ``rows``: ``[m, c]``, or an iterable of ``[k, c]`` chunks (frames decoded in turn)."""
         torch = _torch()
-        m, c = rows.shape
         dev = self.device
         base = (torch.arange(c, dtype=torch.int32, device=dev) * 256)
-        shift = 128 if rows.dtype == torch.int8 else 0
         counts = torch.zeros(256 * c, dtype=torch.int64, device=dev)
-        step = max(1, STATS_CHUNK // max(c, 1))
-        for a in range(0, m, step):
-            x = rows[a:a + step].to(torch.int32).add_(base + shift)
+        if isinstance(rows, torch.Tensor):
+            shift = 128 if rows.dtype == torch.int8 else 0
+            step = max(1, STATS_CHUNK // max(c, 1))
+            flat = rows
+            rows = (flat[a:a + step] for a in range(0, m, step))
+        else:
+            shift = 0                                  # decoded frames are uint8
+        for chunk in rows:
+            x = chunk.reshape(-1, c).to(torch.int32).add_(base + shift)
             counts += torch.bincount(x.reshape(-1), minlength=256 * c)
         counts = counts.reshape(c, 256)
         levels = torch.arange(256, dtype=torch.float64, device=dev) - shift
@@ -404,6 +443,8 @@ class Stream:
             sizes = fo[rows + 1] - fo[rows]
             frame_offsets = put(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
             values = self.values[put(_ranges(fo[rows], sizes))]
+        elif isinstance(self.values, FrameStore):
+            values = self.values.subset(rows)
         else:
             values = self.values[put(rows)]
         s = Stream(self.name, self.kind, self.mode, values, times, put(offsets), frame_offsets=frame_offsets,
@@ -412,6 +453,14 @@ class Stream:
         s._cache["stats"] = self.stats
         s._cache["rate"] = self.rate
         return s
+
+    def _frame_index(self):
+        """``arange(num_samples)`` int64 on the device (cached): resampled, it picks frames."""
+        ids = self._cache.get("frame_ids")
+        if ids is None:
+            ids = self._cache["frame_ids"] = _torch().arange(self.num_samples, dtype=_torch().int64,
+                                                             device=self.device)
+        return ids
 
     def _shape_text(self) -> str:
         if self.kind == "pointcloud":
@@ -473,9 +522,10 @@ def _as_tensor(a):
 class _Loader:
     """Turns a list of episode dicts into Streams (see Dataset.from_episodes)."""
 
-    def __init__(self, episodes, kinds, modes, rates, stats, feature_names, device, source, validate):
+    def __init__(self, episodes, kinds, modes, rates, stats, feature_names, device, source, validate, frames=None):
         self.torch = _torch()
         self.episodes = list(episodes)
+        self.frames = dict(frames or {})
         self.kinds, self.modes, self.rates = dict(kinds or {}), dict(modes or {}), dict(rates or {})
         self.stats, self.feature_names = dict(stats or {}), dict(feature_names or {})
         dev = self.torch.device(device) if device is not None else _default_device()
@@ -590,8 +640,9 @@ class _Loader:
                 raise TypeError(f"{self.source}: episode {e} must be a dict stream name -> (values, times), "
                                 f"got {type(ep).__name__}")
             names += [k for k in ep if k not in names]
+        stored = [k for k in self.frames if k not in names]
         for opt in (self.kinds, self.modes, self.rates, self.stats, self.feature_names):
-            unknown = [k for k in opt if k not in names]
+            unknown = [k for k in opt if k not in names and k not in stored]
             if unknown:
                 raise ValueError(f"{self.source}: options name streams that no episode has: {unknown}")
 
@@ -612,10 +663,41 @@ class _Loader:
                              f"seconds (episode {ef}, stream {nf!r}); give every stream the same time base")
         origin = min(int(pieces[n][e].times.min()) for e, n in int_t) if int_t else None
 
+        if stored and origin is not None:
+            raise ValueError(f"{self.source}: frame streams {stored} have float-second times but other streams "
+                             f"int64 nanoseconds")
         streams = {}
         for name in names:
             streams[name] = self.build(name, pieces[name], origin)
+        for name in stored:
+            streams[name] = self.build_frames(name, *self.frames[name])
         return streams, origin
+
+    def build_frames(self, name, store: FrameStore, times) -> Stream:
+        """An image stream over frames already in their store (robocache.frames), one times array per
+        episode (float seconds)."""
+        torch = self.torch
+        if len(times) != len(self.episodes):
+            raise ValueError(f"{self.source}: stream {name!r} has times for {len(times)} episodes, not "
+                             f"{len(self.episodes)}")
+        lengths = np.array([len(t) for t in times], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        if int(offsets[-1]) != len(store):
+            raise ValueError(f"{self.source}: stream {name!r}: {int(offsets[-1])} frame times for {len(store)} "
+                             f"stored frames")
+        host = np.concatenate([np.asarray(t, np.float64) for t in times]) if len(times) else np.zeros(0)
+        times_t = torch.from_numpy(host).to(self.device)
+        if self.validate:
+            self.check_times(name, times_t, offsets)
+        mode = self.modes.get(name, DEFAULT_MODES["image"])
+        if mode not in COPY_MODES:
+            raise ValueError(f"{self.source}: stream {name!r} (image): mode must be one of {COPY_MODES}, got {mode!r}")
+        fstats = self.stats.get(name)
+        if fstats is not None:
+            fstats = {k: self.stat_tensor(v) for k, v in fstats.items()}
+        return Stream(name, "image", mode, store.to(self.device), times_t, torch.from_numpy(offsets).to(self.device),
+                      feature_names=self.feature_names.get(name), file_stats=fstats,
+                      nominal_rate=self.rates.get(name))
 
     def describe(self, name, ps):
         """kind, mode, dtype, per-sample shape of a stream, checked across its episodes."""
@@ -801,7 +883,8 @@ class Dataset:
                       modes: Mapping[str, str] | None = None, rates: Mapping[str, float] | None = None,
                       tasks: Sequence | None = None, stats: Mapping[str, Mapping] | None = None,
                       feature_names: Mapping[str, Sequence[str]] | None = None, device=None,
-                      source: str | None = None, validate: bool = True) -> "Dataset":
+                      source: str | None = None, validate: bool = True,
+                      frames: Mapping[str, tuple] | None = None) -> "Dataset":
         """Build a Dataset from in-memory episodes.
 
         Parameters
@@ -828,12 +911,16 @@ class Dataset:
         validate : bool
             Check times finite and non-decreasing per episode (default). Only skip it for data
             already validated: resample on the GPU trusts this check.
+        frames : dict, optional
+            Image streams whose frames are already in a :class:`robocache.frames.FrameStore` (e.g. video
+            decoded by ``robocache.frames.load_videos`` into the tier a memory plan chose): stream name ->
+            ``(store, [frame times per episode])``, the store's rows being every episode's frames in order.
 
         Raises
         ------
         ImportError without torch; TypeError/ValueError naming source, episode, stream and index.
         """
-        loader = _Loader(episodes, kinds, modes, rates, stats, feature_names, device, source, validate)
+        loader = _Loader(episodes, kinds, modes, rates, stats, feature_names, device, source, validate, frames)
         streams, origin = loader.run()
         E = len(loader.episodes)
         if tasks is None:
@@ -851,22 +938,199 @@ class Dataset:
         return cls(streams, eps, device=loader.device, time_origin_ns=origin, source=source)
 
     @classmethod
-    def from_lerobot(cls, path, **kwargs) -> "Dataset":
-        """LeRobot v2.x/v3 (and GR00T) folder; see robocache.readers."""
-        from . import readers
-        return readers.from_lerobot(path, **kwargs)
+    def _from_read(cls, eps, device, validate: bool) -> "Dataset":
+        """A Dataset from a reader's ``Episodes`` (readers return plain episode data)."""
+        return cls.from_episodes(eps.episodes, device=device, validate=validate, **eps.kwargs())
 
     @classmethod
-    def from_robomimic(cls, path, **kwargs) -> "Dataset":
-        """robomimic HDF5 file; see robocache.readers."""
-        from . import readers
-        return readers.from_robomimic(path, **kwargs)
+    def from_lerobot(cls, path, *, load_video: bool = True, video_resize=None, video_backend: str = "auto",
+                     episodes=None, device=None, modality_subkeys: bool = True, annotations: str = "text",
+                     video_timestamps: str = "pts", show_progress: bool | None = None, max_workers: int | None = None,
+                     validate: bool = True, frames="auto", device_memory: int | None = None,
+                     host_memory: int | None = None, cache: bool = True) -> "Dataset":
+        """Load a LeRobot v2.0/v2.1/v3.0 dataset folder (GR00T flavour included) as a Dataset.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The dataset root (holding ``meta/info.json``).
+        load_video : bool
+            Decode the video features once, at load, into image streams (default). False leaves
+            videos out. Frames are kept as YUV 4:2:0, as the decoder hands them back (1.5 bytes per
+            pixel); batches convert them to RGB on the device (docs/frames.md).
+        video_resize : (height, width), optional
+            Resize frames while decoding.
+        video_backend : "auto", "pyav", "opencv" or "torchvision"
+            "auto" takes PyAV, else OpenCV, else torchvision.io.
+        episodes : list of int, optional
+            Episode indices (``episode_index``) to load; default all.
+        device : optional
+            Where the Dataset lives (default: cuda when available).
+        modality_subkeys : bool
+            With GR00T ``meta/modality.json``, add ``state.<part>`` / ``action.<part>`` streams: the
+            ``[start, end)`` slices of their original key, copied, sharing its times.
+        annotations : "text" or "index"
+            GR00T ``annotation.<key>`` columns hold task indices; "text" turns them into text streams
+            of the task strings (GR00T), "index" keeps the integers (LeRobot).
+        video_timestamps : "pts" or "parquet"
+            Frame times from the video's pts (default; what LeRobot/GR00T's decoders match the
+            ``timestamp`` column against), or the parquet ``timestamp`` of the row with the same
+            index (needs one frame per row).
+        show_progress : bool, optional
+            Progress bar for video decoding (default: when stderr is a TTY and tqdm is installed).
+        frames : "auto", "device", "host", "disk" or dict stream -> tier
+            Where video frames live (robocache.frames.plan): GPU memory, pinned host memory the GPU
+            reads per batch, or a memory-mapped cache file. "auto" fills the device up to its budget,
+            then host RAM, then disk; batches are identical whatever the tier.
+        device_memory, host_memory : int, optional
+            Budgets in bytes for the plan (defaults: 25% of the GPU's free memory, 50% of available RAM).
+        cache : bool
+            Keep decoded frames in the cache (``ROBOCACHE_CACHE_DIR``, ``~/.cache/robocache``) and map
+            them on the next load instead of decoding.
+
+        Streams keep LeRobot's keys (``observation.state``, ``action``,
+        ``observation.images.ego_view``); times are the ``timestamp`` column (seconds).
+        """
+        from .readers import read_lerobot
+        kw = dict(load_video=load_video, video_resize=video_resize, video_backend=video_backend, episodes=episodes,
+                  modality_subkeys=modality_subkeys, annotations=annotations, video_timestamps=video_timestamps,
+                  show_progress=show_progress, max_workers=max_workers)
+        try:
+            eps = read_lerobot(path, video_sources=load_video, **kw)
+        except NotImplementedError:        # LeRobot v3.0: many episodes per video file, decoded to RGB
+            eps = read_lerobot(path, **kw)
+        videos = eps.extra.get("videos") or {}
+        if not videos:
+            return cls._from_read(eps, device, validate)
+        from .frames.videos import load_videos
+        torch = _torch()
+        dev = torch.device(device) if device is not None else _default_device()
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        other = sum(np.asarray(v).nbytes + np.asarray(t).nbytes for ep in eps.episodes for v, t in ep.values()
+                    if not isinstance(v, list))
+        loaded = load_videos({k: v["paths"] for k, v in videos.items()}, device=dev, frames=frames,
+                             device_memory=device_memory, host_memory=host_memory, resize=video_resize,
+                             backend=video_backend, cache=cache, workers=max_workers, show_progress=show_progress,
+                             other_device_bytes=other, source=str(path))
+        stored = {}
+        for k, (store, times) in loaded.items():
+            for i, (t, rows, p) in enumerate(zip(times, videos[k]["rows"], videos[k]["paths"])):
+                where = f"{p}, episode {eps.extra['episode_index'][i]}"
+                if video_timestamps == "parquet":
+                    if len(t) != rows:
+                        raise ValueError(f"{where}: video_timestamps='parquet' needs one frame per row, the video "
+                                         f"has {len(t)} frames and the parquet {rows} rows")
+                    times[i] = next(iter(eps.episodes[i].values()))[1]
+                elif len(t) != rows:
+                    warnings.warn(f"{where}: {len(t)} video frames for {rows} parquet rows", stacklevel=2)
+            stored[k] = (store, times)
+        return cls.from_episodes(eps.episodes, device=dev, validate=validate, frames=stored, **eps.kwargs())
 
     @classmethod
-    def from_zarr(cls, path, **kwargs) -> "Dataset":
-        """diffusion-policy ReplayBuffer zarr; see robocache.readers."""
-        from . import readers
-        return readers.from_zarr(path, **kwargs)
+    def from_robomimic(cls, path, obs_keys=None, filter_key: str | None = None, rate: float | None = None, *,
+                       include_next_obs: bool = False, device=None, validate: bool = True) -> "Dataset":
+        """Load a robomimic HDF5 file as a Dataset.
+
+        Parameters
+        ----------
+        path : str or PathLike
+        obs_keys : list of str, optional
+            Keys under ``data/demo_i/obs`` (default: all of the first demo's).
+        filter_key : str, optional
+            A ``mask/<filter_key>`` demo list (e.g. "train", "valid", "20_percent").
+        rate : float, optional
+            Control rate in Hz; sample i is at ``i / rate`` seconds. Default: ``control_freq`` from
+            ``data.attrs["env_args"]`` when the file has it, else 20 Hz (robosuite's default).
+        include_next_obs : bool
+            Also load ``next_obs/<key>`` streams.
+
+        Streams: ``obs/<key>``, ``actions``, ``rewards``, ``dones`` (paths inside the demo group);
+        demos in numeric order (demo_2 before demo_10).
+        """
+        from .readers import read_robomimic
+        eps = read_robomimic(path, obs_keys=obs_keys, filter_key=filter_key, rate=rate,
+                             include_next_obs=include_next_obs)
+        return cls._from_read(eps, device, validate)
+
+    @classmethod
+    def from_zarr(cls, path, rate: float = 10.0, keys=None, *, device=None, validate: bool = True,
+                  show_progress: bool | None = None) -> "Dataset":
+        """Load a diffusion-policy ReplayBuffer (``data/<key>``, ``meta/episode_ends``) as a Dataset.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            A zarr directory store (or a ``.zarr.zip``).
+        rate : float
+            Steps per second: step i of an episode is at ``i / rate`` seconds (PushT: 10 Hz).
+        keys : list of str, optional
+            Arrays under ``data/`` to load (default all). Dtypes are kept (PushT ``img`` is float32).
+        """
+        from .readers import read_zarr
+        eps = read_zarr(path, rate=rate, keys=keys, show_progress=show_progress)
+        return cls._from_read(eps, device, validate)
+
+    @classmethod
+    def from_rosbag(cls, path, *, topics: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+                    fields: Mapping[str, Sequence[str]] | None = None, rename: Mapping[str, str] | None = None,
+                    modes: Mapping[str, str] | None = None, clock: str | Mapping[str, str] = "header",
+                    dtype="float32", joint_fill: str = "interp", point_fields=("x", "y", "z"),
+                    drop_invalid_points: bool = True, load_images: bool = True, image_size=None,
+                    split_gap: float | None = None, split_topic: str | None = None, typestore=None,
+                    recover: bool = False, device=None, validate: bool = True,
+                    show_progress: bool | None = None) -> "Dataset":
+        """Load ROS 1 bags, ROS 2 bags (MCAP or SQLite3 storage) or bare ``.mcap`` files as a Dataset.
+
+        Parameters
+        ----------
+        path : str, PathLike or list of them
+            A ``.bag`` / ``.mcap`` / ``.db3`` file or a ROS 2 bag folder (one episode each), or a
+            folder of them (searched recursively) or a list: one episode per bag.
+        topics, exclude : list of str, optional
+            Topics to read / leave out (names or globs, ``"/fmu/out/*"``). Default: every topic
+            except logging ones (``/rosout``, ``/parameter_events``).
+        fields : dict, optional
+            Per topic (or glob): the parts of a known type to keep (``["position"]`` of a
+            JointState) or, for other types, the fields to flatten (``["force", "q"]``).
+        rename : dict, optional
+            Stream or topic -> new name (``{"/imu/data": "imu"}`` gives ``imu.orientation``...).
+        modes : dict, optional
+            Stream -> resample mode (defaults: quaternions ``slerp``, integers ``previous``,
+            the rest by kind).
+        clock : "header" or "log", or dict topic -> clock
+            Row times: the header stamp (sensor time; the log time for types without a header)
+            or the log (receive) time. Times are int64 ns, kept exact.
+        dtype : float dtype or None
+            Float streams' dtype (default float32; None keeps ROS's float64).
+        joint_fill : "interp", "previous" or "nan"
+            JointState joints missing from some messages: from that joint's own samples
+            (linear in time), held, or NaN.
+        point_fields : list of str or dict topic -> list
+            PointCloud2 fields per point (default x, y, z); ``drop_invalid_points`` drops points
+            with a non-finite x, y or z.
+        load_images : bool
+            Decode Image / CompressedImage topics once, here, to ``[n, H, W, C]`` (RGB for
+            colour); ``image_size=(H, W)`` resizes them.
+        split_gap, split_topic : optional
+            Cut each bag into episodes at log-time gaps longer than ``split_gap`` seconds, or at
+            every message on ``split_topic``.
+        typestore : str or rosbags Typestore, optional
+            Types for bags that embed no definitions (default: the bag's ROS distro).
+        recover : bool
+            Read a truncated MCAP file (a recording that did not stop cleanly) up to the damage.
+
+        Streams are named after their topic (``/md/state``), plus a part for multi-stream types
+        (``/joint_states.position``, ``/imu/data.orientation``,
+        ``/tf:world->base_link.translation``). See docs/rosbag.md.
+        """
+        from .readers import read_rosbag
+        eps = read_rosbag(path, topics=topics, exclude=exclude, fields=fields, rename=rename, modes=modes,
+                          clock=clock, dtype=dtype, joint_fill=joint_fill, point_fields=point_fields,
+                          drop_invalid_points=drop_invalid_points, load_images=load_images, image_size=image_size,
+                          split_gap=split_gap, split_topic=split_topic, typestore=typestore, recover=recover,
+                          show_progress=show_progress)
+        return cls._from_read(eps, device, validate)
 
     # --- inspection ----------------------------------------------------------------------
 
@@ -948,14 +1212,28 @@ class Dataset:
             idx = torch.as_tensor(idx, device=dev).to(torch.int64)
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or x.device != dev:
             x = torch.as_tensor(x, device=dev).to(torch.float64)
+        if s.kind == "image":
+            ids, pad = self.frame_ids(name, idx, x, mode, tolerance=tolerance)
+            frames = s.frames.gather(ids)
+            if out is not None:
+                out.copy_(frames)
+                frames = out
+            return (frames, pad) if return_mask else frames
         values = s.values
         if s.kind == "pointcloud":
-            values = s._cache.get("frame_ids")
-            if values is None:
-                values = s._cache["frame_ids"] = torch.arange(s.num_samples, dtype=torch.int64, device=self.device)
+            values = s._frame_index()
         return _resample(values, s.times, x, mode=mode or s.mode, offsets=s.offsets, index=idx, out=out,
                         return_mask=return_mask, tolerance=tolerance,
                         check=False if dev.type == "cuda" else None)
+
+    def frame_ids(self, name: str, episode_index, new_times, mode: str | None = None, *, tolerance: float = 1e-4):
+        """Global frame index ``[B,T]`` int64 of image or point-cloud stream ``name`` at ``new_times``
+        (mode nearest/previous/next; default the stream's), and ``is_pad [B,T]``: one ragged resample of the
+        frame numbers. ``stream.frames.gather(ids)`` then decodes those frames, wherever they live."""
+        s = self.streams[name]
+        return _resample(s._frame_index(), s.times, new_times, mode=mode or s.mode, offsets=s.offsets,
+                         index=episode_index, return_mask=True, tolerance=tolerance,
+                         check=False if self.device.type == "cuda" else None)
 
     def to(self, device) -> "Dataset":
         """A Dataset with every tensor on ``device``; self when it is there already (as

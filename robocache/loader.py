@@ -15,439 +15,24 @@ enqueued on a side stream before batch k is handed over (events), and nothing re
 back: no host sync per batch. Full batches are replays of a captured CUDA graph into static
 output slots the caller's batches alias (batch_graph.py); the others are made eagerly in fresh
 memory (``record_stream``). See docs/loader.md.
+
+Windows (what a key holds, and its launches) live in windows.py; the sample table, rank shards and
+each epoch's order in sampling.py; this file is iteration, prefetch, graphs and resume.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .dataset import MODES, Dataset, _torch
+from .dataset import Dataset, _torch
+from .sampling import Samples, distributed, episode_shard
+from .windows import Window, _plan, _run_plan
 
 __all__ = ["DataLoader", "Window"]
-
-NORMALIZATIONS = ("min_max", "mean_std", "q01_q99")
-LAYOUTS = ("BTHWC", "BTCHW")
-PADS = ("edge", "zero")
-VOXEL_KEYS = ("grid", "voxel_size", "origin", "mode", "dtype", "deterministic")
-VOXEL_FEATURE_MODES = ("sum", "mean", "max")
-
-
-@dataclass
-class Window:
-    """What one output key of a batch holds.
-
-    Parameters
-    ----------
-    streams : str or sequence of str
-        The stream to read, or several streams fused into one key (concatenated on the last axis
-        in the given order; they must share one dtype, as for ``robocache.fuse``).
-    offsets : sequence of float, optional
-        Target times relative to the anchor, in seconds (LeRobot ``delta_timestamps``).
-    indices : sequence of int, optional
-        Steps relative to the anchor at ``rate`` Hz (GR00T ``delta_indices``, e.g. ``range(16)``);
-        target times are ``indices / rate``. Give ``offsets`` or ``indices``, not both; neither
-        means ``offsets=[0.0]`` (the value at the anchor).
-    rate : float, optional
-        Hz for ``indices``; default the first stream's ``nominal_rate``, else its measured rate.
-    mode : str or dict, optional
-        Resample mode (one for all streams, or ``{stream: mode}``). Default: each stream's own
-        mode for ``offsets``, ``"nearest"`` for ``indices`` (a step index picks a frame).
-    normalize : {"min_max", "mean_std", "q01_q99"}, optional
-        From the dataset statistics (``stream.stats``), per feature, output float32:
-        ``min_max``: ``2 (x - min) / (max - min) - 1``; ``mean_std``: ``(x - mean) / std``;
-        ``q01_q99``: ``2 (x - q01) / (q99 - q01) - 1`` clipped to [-1, 1]. A feature whose
-        range (or std) is 0 gives 0.
-    max_dim : int, optional
-        Zero-pad the last axis to ``max_dim`` (GR00T ``max_state_dim``/``max_action_dim``); the
-        batch then also holds ``{key}_dim_mask`` ``[B, T, max_dim]`` bool, True on real features.
-    layout : {"BTHWC", "BTCHW"}, optional
-        Image streams only: ``BTHWC`` keeps the stored dtype (uint8); ``BTCHW`` gives float32 in
-        [0, 1] (uint8 / 255), channels-last in memory (each frame strided as
-        ``torch.channels_last``; ``.contiguous()`` gives NCHW memory). Default ``BTHWC``.
-    resize : (int, int), optional
-        Image streams only: ``(H, W)`` after bilinear resizing (``torch.nn.functional.interpolate``,
-        antialias off); uint8 output is rounded back to uint8.
-    dtype : torch.dtype, optional
-        Cast the values to this dtype last (default: the stored dtype; float32 when normalized).
-    pad : {"edge", "zero"}
-        What padded steps (``{key}_is_pad`` True) hold: ``"edge"`` (default) the episode's
-        first/last value (resample's rule; GR00T's rule for absolute keys, LeRobot's clamped
-        index), ``"zero"`` zeros in the stored units, before normalization (GR00T's rule for
-        relative keys, e.g. delta actions). Point clouds: ``"zero"`` gives empty grids.
-    voxel : dict, optional
-        Point-cloud streams only (required there): the ``robocache.voxelize`` arguments
-        ``grid``, ``voxel_size``, ``origin`` and optionally ``mode`` (default ``"occupancy"``),
-        ``dtype``, ``deterministic``. Each target step picks a frame (``mode`` nearest by
-        default, or previous/next) and the frame's points become one grid: the key is
-        ``[B, T, X, Y, Z]`` (occupancy, count) or ``[B, T, F, X, Y, Z]`` (sum/mean/max over the
-        point columns after x, y, z).
-    tolerance : float
-        Seconds a target may lie outside a stream's span before it counts as padding.
-    """
-
-    streams: str | Sequence[str]
-    offsets: Sequence[float] | None = None
-    indices: Sequence[int] | None = None
-    rate: float | None = None
-    mode: str | Mapping[str, str] | None = None
-    normalize: str | None = None
-    max_dim: int | None = None
-    layout: str | None = None
-    resize: tuple[int, int] | None = None
-    dtype: Any = None
-    pad: str = "edge"
-    voxel: Mapping[str, Any] | None = None
-    tolerance: float = 1e-4
-
-    @property
-    def names(self) -> list[str]:
-        return [self.streams] if isinstance(self.streams, str) else list(self.streams)
-
-
-# --------------------------------------------------------------------------------------------
-# one window, resolved against a Dataset: every constant it needs is on the device
-
-
-@dataclass
-class _Plan:
-    key: str
-    names: list[str]
-    modes: list[str]
-    offsets: Any                 # [T] float64 on the device
-    tolerance: float
-    image: bool
-    center: Any = None           # [F] float32, normalization
-    scale: Any = None
-    clip: bool = False
-    pad: int = 0                 # features to add for max_dim
-    dim_mask: Any = None         # [max_dim] bool
-    layout: str = "BTHWC"
-    resize: tuple[int, int] | None = None
-    dtype: Any = None
-    zero_pad: bool = False
-    fused: dict = field(default_factory=dict)
-    voxel: dict | None = None    # voxelize kwargs; point clouds only
-    cloud: tuple = ()            # (frame_offsets [M+1], frames per episode [E], max points per frame)
-
-
-def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
-    torch = _torch()
-    if isinstance(w, str):
-        w = Window(w)
-    if not isinstance(w, Window):
-        raise TypeError(f"windows[{key!r}]: expected a robocache.Window or a stream name, got {type(w).__name__}")
-    names = w.names
-    if not names:
-        raise ValueError(f"windows[{key!r}]: no stream named")
-    for n in names:
-        if n not in ds.streams:
-            raise KeyError(f"windows[{key!r}]: unknown stream {n!r}; the dataset has {sorted(ds.streams)}")
-    streams = [ds.streams[n] for n in names]
-    cloud = any(s.kind == "pointcloud" for s in streams)
-    if cloud and len(names) > 1:
-        raise ValueError(f"windows[{key!r}]: point-cloud streams cannot be fused with others")
-    if cloud != (w.voxel is not None):
-        raise ValueError(f"windows[{key!r}]: " + (f"point-cloud stream {names[0]!r} needs voxel=dict(grid=..., "
-                         "voxel_size=..., origin=...)" if cloud else "voxel is for point-cloud streams"))
-    if w.pad not in PADS:
-        raise ValueError(f"windows[{key!r}]: pad {w.pad!r} is not one of {PADS}")
-    image = any(s.kind == "image" for s in streams)
-    if image and len(names) > 1:
-        raise ValueError(f"windows[{key!r}]: image streams cannot be fused with others")
-    if len({s.dtype for s in streams}) > 1:
-        got = ", ".join(f"{s.name}: {s.dtype}" for s in streams)
-        raise TypeError(f"windows[{key!r}]: fused streams must share one dtype ({got}); cast them in the dataset")
-    if len(names) > 16:
-        raise ValueError(f"windows[{key!r}]: at most 16 streams per key (robocache.fuse), got {len(names)}")
-
-    if w.offsets is not None and w.indices is not None:
-        raise ValueError(f"windows[{key!r}]: give offsets (seconds) or indices (steps), not both")
-    if w.indices is not None:
-        idx = np.asarray(list(w.indices), dtype=np.float64)
-        rate = w.rate if w.rate is not None else (streams[0].nominal_rate or streams[0].rate)
-        if not rate or not math.isfinite(rate) or rate <= 0:
-            raise ValueError(f"windows[{key!r}]: indices need a positive rate (Hz), got {rate!r}")
-        offs = idx / float(rate)
-        default_mode = "nearest"
-    else:
-        offs = np.asarray([0.0] if w.offsets is None else list(w.offsets), dtype=np.float64)
-        default_mode = None
-    if offs.ndim != 1 or offs.size == 0 or not np.isfinite(offs).all():
-        raise ValueError(f"windows[{key!r}]: offsets/indices must be a non-empty list of finite numbers")
-
-    if isinstance(w.mode, Mapping):
-        unknown = set(w.mode) - set(names)
-        if unknown:
-            raise ValueError(f"windows[{key!r}]: mode names streams not in this window: {sorted(unknown)}")
-        modes = [w.mode.get(n) or default_mode or s.mode for n, s in zip(names, streams)]
-    else:
-        modes = [w.mode or default_mode or s.mode for s in streams]
-    for m in modes:
-        if m not in MODES:
-            raise ValueError(f"windows[{key!r}]: mode {m!r} is not one of {MODES}")
-
-    if (w.layout is not None or w.resize is not None) and not image:
-        raise ValueError(f"windows[{key!r}]: layout/resize are for image streams")
-    layout = w.layout or "BTHWC"
-    if layout not in LAYOUTS:
-        raise ValueError(f"windows[{key!r}]: layout {layout!r} is not one of {LAYOUTS}")
-    if w.resize is not None and (len(w.resize) != 2 or min(w.resize) <= 0):
-        raise ValueError(f"windows[{key!r}]: resize must be (H, W) > 0, got {w.resize!r}")
-
-    p = _Plan(key, names, modes, torch.as_tensor(offs, dtype=torch.float64, device=ds.device), float(w.tolerance),
-              image, layout=layout, resize=tuple(w.resize) if w.resize is not None else None, dtype=w.dtype,
-              zero_pad=w.pad == "zero")
-    if cloud:
-        if w.normalize is not None or w.max_dim is not None:
-            raise ValueError(f"windows[{key!r}]: normalize/max_dim are not for point clouds (voxel grids)")
-        _plan_cloud(key, p, w.voxel, streams[0])
-        return p
-
-    F = sum(math.prod(s.shape) for s in streams)
-    if w.normalize is not None:
-        if w.normalize not in NORMALIZATIONS:
-            raise ValueError(f"windows[{key!r}]: normalize {w.normalize!r} is not one of {NORMALIZATIONS}")
-        if image:
-            raise ValueError(f"windows[{key!r}]: images are scaled by layout='BTCHW', not normalize")
-        st = [s.stats for s in streams]
-        if any(not x for x in st):
-            raise ValueError(f"windows[{key!r}]: text streams have no statistics to normalize with")
-        cat = lambda k: torch.cat([x[k].reshape(-1) for x in st])
-        if w.normalize == "mean_std":
-            center, width = cat("mean"), cat("std")
-        else:
-            lo, hi = (cat("min"), cat("max")) if w.normalize == "min_max" else (cat("q01"), cat("q99"))
-            center, width = (hi + lo) / 2, (hi - lo) / 2
-        ok = width > 0
-        p.center = torch.where(ok, center, torch.zeros_like(center)).to(torch.float32)
-        p.scale = torch.where(ok, 1.0 / torch.where(ok, width, torch.ones_like(width)),
-                              torch.zeros_like(width)).to(torch.float32)
-        p.clip = w.normalize == "q01_q99"
-        if len(names) == 1:  # broadcast over the stream's own per-sample shape ([D], [J, 4], [])
-            p.center, p.scale = p.center.reshape(streams[0].shape), p.scale.reshape(streams[0].shape)
-        if p.dtype is None:
-            p.dtype = torch.float32
-
-    if w.max_dim is not None:
-        if image:
-            raise ValueError(f"windows[{key!r}]: max_dim is for feature vectors, not images")
-        if len(names) == 1 and len(streams[0].shape) > 1:
-            raise ValueError(f"windows[{key!r}]: max_dim needs one feature axis, stream shape is {streams[0].shape}")
-        if w.max_dim < F:
-            raise ValueError(f"windows[{key!r}]: max_dim {w.max_dim} is below the {F} features of the window")
-        p.pad = int(w.max_dim) - F
-        p.dim_mask = torch.arange(int(w.max_dim), device=ds.device) < F
-
-    if len(names) > 1:
-        p.fused = {n: (s.values, s.times, s.offsets) for n, s in zip(names, streams)}
-    return p
-
-
-def _plan_cloud(key: str, p: _Plan, voxel: Mapping, s) -> None:
-    """Checks the voxel spec once (a voxelize call on an empty cloud raises what a batch would)
-    and keeps the frame tables on the device."""
-    torch = _torch()
-    from ._C import voxelize
-    if not isinstance(voxel, Mapping):
-        raise TypeError(f"windows[{key!r}]: voxel must be a dict of robocache.voxelize arguments")
-    unknown = set(voxel) - set(VOXEL_KEYS)
-    if unknown:
-        raise ValueError(f"windows[{key!r}]: voxel has unknown keys {sorted(unknown)}; allowed {VOXEL_KEYS}")
-    for m in p.modes:
-        if m not in ("nearest", "previous", "next"):
-            raise ValueError(f"windows[{key!r}]: point clouds pick a frame: mode nearest/previous/next, got {m!r}")
-    C = s.shape[-1] if s.shape else 0
-    if C < 3:
-        raise ValueError(f"windows[{key!r}]: points of {s.name!r} have {C} columns; need x, y, z first")
-    spec = dict(voxel)
-    dev = s.device
-    probe = dict(points=torch.zeros((1, 0, 3), dtype=s.dtype, device=dev),
-                 lengths=torch.zeros(1, dtype=torch.int64, device=dev))
-    if spec.get("mode", "occupancy") in VOXEL_FEATURE_MODES:
-        if C == 3:
-            raise ValueError(f"windows[{key!r}]: voxel mode {spec['mode']!r} reduces point features, but "
-                             f"{s.name!r} has only x, y, z")
-        probe["features"] = torch.zeros((1, 0, C - 3), dtype=s.dtype, device=dev)
-    try:
-        voxelize(**probe, **spec)
-    except (TypeError, ValueError) as e:
-        raise type(e)(f"windows[{key!r}]: voxel: {e}") from None
-    p.voxel = spec
-    sizes = np.diff(s._frame_offsets_host)
-    p.cloud = (s.frame_offsets, s.offsets[1:] - s.offsets[:-1], int(sizes.max()) if sizes.size else 0)
-
-
-def _run_cloud(p: _Plan, ds: Dataset, episodes, new_times):
-    """[B, T] frames -> [B, T, (F,) X, Y, Z] grids: each picked frame's points are gathered into a
-    dense [B*T, max points, C] block with lengths (no host sync: the block size is fixed at
-    construction), then one voxelize launch."""
-    torch = _torch()
-    from ._C import voxelize
-    s = ds.streams[p.names[0]]
-    frames, pad = ds.resample(p.names[0], episodes, new_times, mode=p.modes[0], return_mask=True,
-                              tolerance=p.tolerance)
-    frame_offsets, per_episode, nmax = p.cloud
-    B, T = frames.shape
-    C = s.values.shape[-1]
-    if nmax == 0:                                  # no frame has a point
-        pts = torch.zeros((B * T, 0, C), dtype=s.dtype, device=ds.device)
-        lengths = torch.zeros(B * T, dtype=torch.int64, device=ds.device)
-    else:
-        start = frame_offsets[frames].reshape(B * T)
-        lengths = (frame_offsets[frames + 1] - frame_offsets[frames]).reshape(B * T)
-        # an episode without frames resamples to frame 0 of the storage: it gets an empty grid
-        empty = (per_episode[episodes] == 0)[:, None].expand(B, T)
-        drop = empty | pad if p.zero_pad else empty
-        lengths = lengths.masked_fill(drop.reshape(B * T), 0)
-        rows = (start[:, None] + torch.arange(nmax, device=ds.device)).clamp_(max=s.values.shape[0] - 1)
-        pts = s.values[rows]                                                 # [B*T, nmax, C]
-    kw = dict(p.voxel)
-    if kw.get("mode", "occupancy") in VOXEL_FEATURE_MODES:
-        kw["features"] = pts[..., 3:]
-    grids = voxelize(pts[..., :3], lengths=lengths, check=False if ds.device.type == "cuda" else None, **kw)
-    return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
-
-
-def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
-    """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch;
-    ``new_times [B, T]`` float64 (a strided view)."""
-    torch = _torch()
-    if p.voxel is not None:
-        x, pad = _run_cloud(p, ds, episodes, new_times)
-        out[p.key], out[p.key + "_is_pad"] = _cast(p, x), pad
-        return
-    if p.fused:
-        from ._C import fuse
-        x, pad = fuse(p.fused, new_times, modes=p.modes, index=episodes, return_mask=True, tolerance=p.tolerance,
-                      check=False if ds.device.type == "cuda" else None)
-        pad = pad.any(-1)
-    else:
-        x, pad = ds.resample(p.names[0], episodes, new_times, mode=p.modes[0], return_mask=True,
-                             tolerance=p.tolerance)
-    if p.zero_pad:
-        x = x.masked_fill(pad.reshape(pad.shape + (1,) * (x.dim() - 2)), 0)
-    if p.image:
-        x = _image(p, x)
-    if p.scale is not None:
-        x = (x.to(torch.float32) - p.center) * p.scale
-        if p.clip:
-            x = x.clamp_(-1.0, 1.0)
-    x = _cast(p, x)
-    if p.pad:
-        x = torch.nn.functional.pad(x, (0, p.pad))
-    out[p.key] = x
-    out[p.key + "_is_pad"] = pad
-    if p.dim_mask is not None:
-        # a copy, not a broadcast view of the plan's mask: a caller writing into the batch's mask
-        # would write into every later batch's
-        out[p.key + "_dim_mask"] = p.dim_mask.expand(x.shape).clone()
-
-
-def _cast(p: _Plan, x):
-    return x.to(p.dtype) if p.dtype is not None and x.dtype != p.dtype else x
-
-
-def _image(p: _Plan, x):
-    """[B,T,H,W,C] stored frames -> the window's layout and size."""
-    torch = _torch()
-    B, T = x.shape[:2]
-    if x.dim() == 4:                                                       # [B,T,H,W] grey
-        x = x[..., None]
-    u8 = x.dtype == torch.uint8
-    if p.resize is not None:
-        H, W, C = x.shape[2:]
-        y = x.reshape(B * T, H, W, C).permute(0, 3, 1, 2).to(torch.float32)
-        y = torch.nn.functional.interpolate(y, size=p.resize, mode="bilinear", align_corners=False, antialias=False)
-        if p.layout == "BTCHW":
-            y = y / 255.0 if u8 else y
-            return y.reshape(B, T, C, *p.resize)
-        y = y.permute(0, 2, 3, 1)
-        if u8:
-            y = y.round_().clamp_(0, 255).to(torch.uint8)
-        return y.reshape(B, T, *p.resize, C).contiguous()
-    if p.layout == "BTCHW":
-        # one pass over the frames, no transposing copy: the permuted view of HWC storage is the
-        # channels-last layout, which the elementwise op keeps (Conv2d's fast layout). An
-        # NCHW-contiguous copy cost ~3x this (bench_loader, docs/perf-notes.md)
-        y = x.permute(0, 1, 4, 2, 3)
-        return torch.div(y, 255.0) if u8 else y.to(torch.float32)
-    return x
-
-
-# --------------------------------------------------------------------------------------------
-# the loader
-
-
-def _epoch_seed(seed: int, epoch: int, *more: int) -> int:
-    """64-bit seed of one epoch's order, a pure function of (seed, epoch, *more)."""
-    s = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1), *more]).generate_state(2, np.uint32)
-    return int(s[0]) | (int(s[1] & 0x7FFFFFFF) << 32)
-
-
-def _distributed(rank, world_size) -> tuple[int, int]:
-    """(rank, world size): as given, else torch.distributed's when initialized, else (0, 1)."""
-    torch = _torch()
-    if rank is None and world_size is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-    if rank is None or world_size is None:
-        raise ValueError("rank and world_size: give both or neither (neither: torch.distributed's)")
-    rank, world_size = int(rank), int(world_size)
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
-    return rank, world_size
-
-
-def _assign_episodes(counts: np.ndarray, world: int) -> np.ndarray:
-    """Owner rank of each episode: longest episodes first, each to the rank with the fewest
-    samples so far (ties: lowest rank), so ranks hold near-equal sample counts. Deterministic,
-    the same on every rank."""
-    owner = np.zeros(counts.size, np.int64)
-    load = np.zeros(world, np.int64)
-    for e in np.argsort(-counts, kind="stable"):
-        r = int(np.argmin(load))
-        owner[e] = r
-        load[r] += counts[e]
-    return owner
-
-
-def _wrap(idx, n: int):
-    """The first n of idx repeated end to end (DistributedSampler's padding); idx[:n] when longer."""
-    torch = _torch()
-    if idx.shape[0] >= n:
-        return idx[:n]
-    return idx.repeat(-(-n // idx.shape[0]))[:n]
-
-
-def _grid(ds: Dataset, names: list[str], rate: float):
-    """Uniform anchors at ``rate`` Hz: per episode the first time and the count, host numpy."""
-    torch = _torch()
-    if not math.isfinite(rate) or rate <= 0:
-        raise ValueError(f"rate must be a positive number of Hz, got {rate!r}")
-    ends = [ds.streams[n]._ends() for n in names]
-    first = torch.stack([f for f, _ in ends]).nan_to_num(math.inf).amin(0).cpu().numpy()
-    last = torch.stack([l for _, l in ends]).nan_to_num(-math.inf).amax(0).cpu().numpy()
-    has = last >= first
-    counts = np.where(has, np.floor((np.where(has, last - first, 0)) * rate + 1e-9).astype(np.int64) + 1, 0)
-    return first, counts
-
-
-def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
-    """Samples per episode, host int64 [E] (the loader's sample table before it is built)."""
-    if rate is not None:
-        return _grid(ds, [n for n in names if n in ds.streams], float(rate))[1]
-    name = anchor if anchor is not None else ds.anchor
-    if name not in ds.streams:
-        raise KeyError(f"anchor: unknown stream {name!r}; the dataset has {sorted(ds.streams)}")
-    return ds.streams[name].lengths
 
 
 class DataLoader:
@@ -533,22 +118,15 @@ class DataLoader:
             raise ValueError("sampler and shuffle=True are mutually exclusive; pass shuffle=False with a sampler")
         if anchor is not None and rate is not None:
             raise ValueError("anchor (a stream's frames) and rate (a uniform grid) are mutually exclusive")
-        self.rank, self.world_size = _distributed(rank, world_size)
+        self.rank, self.world_size = distributed(rank, world_size)
         self.shard_episodes = bool(shard_episodes)
         if sampler is not None and self.shard_episodes:
             raise ValueError("shard_episodes and sampler are mutually exclusive")
-        self._per_rank = None         # shard_episodes: samples per rank per epoch
+        per_rank = None               # shard_episodes: samples per rank per epoch
         if self.shard_episodes and self.world_size > 1:
             names = list(dict.fromkeys(n for w in windows.values()
                                        for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
-            counts = _episode_counts(dataset, anchor, rate, names)
-            owner = _assign_episodes(counts, self.world_size)
-            held = np.bincount(owner, weights=counts, minlength=self.world_size).astype(np.int64)
-            self._per_rank = int(held.min() if drop_last else held.max())
-            if self._per_rank and held.min() == 0:
-                raise ValueError(f"shard_episodes: {int((held == 0).sum())} of {self.world_size} ranks get no "
-                                 f"samples ({len(dataset)} episodes); use shard_episodes=False")
-            dataset = dataset.subset(np.flatnonzero(owner == self.rank))
+            dataset, per_rank = episode_shard(dataset, names, anchor, rate, self.rank, self.world_size, drop_last)
         if device is not None:
             dataset = dataset.to(device)
         if generator is not None:
@@ -566,7 +144,11 @@ class DataLoader:
         self._offsets = torch.cat([p.offsets for p in self._plans])
         ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
         self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
-        self._episode, self._time = self._samples(anchor, rate)   # [N] int64, [N] float64 on the device
+        names = list(dict.fromkeys(n for p in self._plans for n in p.names))
+        self._table = Samples(dataset, names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
+                              seed=self.seed, sampler=sampler, rank=self.rank, world_size=self.world_size,
+                              per_rank=per_rank)
+        self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
             self.anchor = dataset.anchor
@@ -581,38 +163,10 @@ class DataLoader:
 
     # --- samples -------------------------------------------------------------------------
 
-    def _samples(self, anchor, rate):
-        """The sample table, built once: episode and anchor time of every sample."""
-        torch = _torch()
-        ds = self.dataset
-        if rate is None:
-            name = anchor if anchor is not None else ds.anchor
-            if name not in ds.streams:
-                raise KeyError(f"anchor: unknown stream {name!r}; the dataset has {sorted(ds.streams)}")
-            s = ds.streams[name]
-            if s.kind == "pointcloud":
-                raise ValueError(f"anchor: {name!r} is a point-cloud stream; anchor on another stream or a rate")
-            lengths = torch.from_numpy(s.lengths)
-            ep = torch.repeat_interleave(torch.arange(len(lengths)), lengths).to(ds.device)
-            return ep, s.times
-        names = list(dict.fromkeys(n for p in self._plans for n in p.names))
-        first, counts = _grid(ds, names, float(rate))
-        ep = np.repeat(np.arange(len(counts)), counts)
-        step = np.arange(ep.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        t = first[ep] + step / float(rate) if ep.size else np.zeros(0)
-        return (torch.from_numpy(ep).to(ds.device), torch.from_numpy(np.asarray(t, np.float64)).to(ds.device))
-
     @property
     def num_samples(self) -> int:
         """Samples per epoch of this rank (the sampler's length when there is one)."""
-        if self.sampler is not None:
-            return len(self.sampler)
-        n = int(self._episode.shape[0])
-        if self.world_size == 1:
-            return n
-        if self._per_rank is not None:
-            return self._per_rank
-        return n // self.world_size if self.drop_last else -(-n // self.world_size)
+        return len(self._table)
 
     def __len__(self) -> int:
         n, b = self.num_samples, self.batch_size
@@ -664,34 +218,7 @@ class DataLoader:
         return self._order(self._epoch if epoch is None else int(epoch))
 
     def _order(self, epoch: int):
-        """This epoch's sample indices on the device: [num_samples] int64."""
-        torch = _torch()
-        dev = self.device
-        n = int(self._episode.shape[0])
-        if self.sampler is not None:
-            idx = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                bad = idx[(idx < 0) | (idx >= n)][0]
-                raise IndexError(f"sampler yielded {bad}, outside the {n} samples of the loader")
-            host = torch.from_numpy(idx)
-        elif self.world_size == 1 and not self.shuffle:
-            return torch.arange(n, device=dev)
-        else:
-            if self.shuffle:
-                extra = (self.rank,) if self._per_rank is not None else ()
-                g = torch.Generator().manual_seed(_epoch_seed(self.seed, epoch, *extra))
-                host = torch.randperm(n, generator=g)
-            else:
-                host = torch.arange(n)
-            if self._per_rank is not None:            # this rank's own samples
-                host = _wrap(host, self._per_rank)
-            elif self.world_size > 1:                  # the global permutation, every world_size-th
-                host = _wrap(host, self.num_samples * self.world_size)[self.rank::self.world_size]
-        if dev.type == "cuda":
-            # pinned + non_blocking: an async copy, no sync; the caching host allocator keeps
-            # the pinned buffer until the copy has run
-            return host.pin_memory().to(dev, non_blocking=True)
-        return host
+        return self._table.order(epoch)
 
     # --- iteration -----------------------------------------------------------------------
 

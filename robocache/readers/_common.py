@@ -50,11 +50,6 @@ class Episodes:
         return {"kinds": self.kinds, "modes": self.modes or None, "rates": self.rates, "tasks": self.tasks,
                 "stats": self.stats or None, "feature_names": self.feature_names or None, "source": self.source}
 
-    def to_dataset(self, device=None, validate: bool = True):
-        from ..dataset import Dataset
-
-        return Dataset.from_episodes(self.episodes, device=device, validate=validate, **self.kwargs())
-
     def __len__(self):
         return len(self.episodes)
 

@@ -92,7 +92,8 @@ def test_storage_is_ragged_on_one_device(ds, episodes):
         assert s.times.dtype == torch.float64 and s.offsets.dtype == torch.int64
         assert s.offsets.shape == (len(ds) + 1,) and int(s.offsets[0]) == 0
         assert int(s.offsets[-1]) == s.times.shape[0] == s.num_samples
-        for t in (s.values, s.times, s.offsets):
+        values = s.frames.data if s.frames is not None else s.values   # image frames: their store's rows
+        for t in (values, s.times, s.offsets):
             assert t.device == ds.device and t.is_contiguous()
         for e, ep in enumerate(episodes):
             a, b = int(s.offsets[e]), int(s.offsets[e + 1])
@@ -515,7 +516,8 @@ def test_other_bad_input():
 
 def test_memory_figures(ds):
     for s in ds.streams.values():
-        want = sum(t.numel() * t.element_size() for t in (s.values, s.times, s.offsets, s.frame_offsets)
+        values = s.frames.data if s.frames is not None else s.values
+        want = sum(t.numel() * t.element_size() for t in (values, s.times, s.offsets, s.frame_offsets)
                    if t is not None)
         assert s.nbytes == want
     cam = ds.streams["camera"]

@@ -211,11 +211,16 @@ def _decode_image_column(col, name, where):
 def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_backend: str = "auto",
                  episodes=None, modality_subkeys: bool = True, video_timestamps: str = "pts",
                  annotations: str = "text",
-                 show_progress: bool | None = None, max_workers: int | None = None) -> Episodes:
+                 show_progress: bool | None = None, max_workers: int | None = None,
+                 video_sources: bool = False) -> Episodes:
     """Read a LeRobot v2.x/v3.0 dataset (optionally GR00T-flavoured) into memory.
 
-    See ``robocache.readers.from_lerobot`` for the parameters; this returns the ``Episodes``
-    (the keyword arguments of ``Dataset.from_episodes``) instead of a Dataset.
+    See ``robocache.Dataset.from_lerobot`` for the parameters; this returns the ``Episodes``
+    (the keyword arguments of ``Dataset.from_episodes``) instead of a Dataset. Videos are decoded to
+    RGB ``[F, H, W, 3]`` arrays, unless ``video_sources``: then (v2.x layouts: one file per episode and
+    camera) nothing is decoded and ``extra["videos"]`` maps each video key to
+    ``{"paths": [one file per episode], "fps": float, "rows": [parquet rows per episode]}`` for the frame
+    storage to ingest (robocache.frames).
     """
     require("pyarrow", "lerobot", "from_lerobot")
     root = Path(os.fspath(path))
@@ -358,6 +363,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
     video_keys = [k for k, feat in features.items() if feat.get("dtype") == "video"]
     decoded_with = None
     skipped = []
+    sources: dict = {}
     if load_video and video_keys:
         decoded_with = resolve_backend(video_backend)
         jobs = {}  # file -> [(episode position, key)]
@@ -384,9 +390,19 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
                 lost = [str(paths[i]) for i in paths if i not in present]
                 raise ReaderError(f"{lost[0]}: video file not found ({len(lost)} of {len(paths)} files of "
                                   f"'{key}' are missing)")
+            if video_sources and major == 2:
+                feat = features[key]
+                vfps = float((feat.get("video_info") or feat.get("info") or {}).get("video.fps") or fps)
+                rows = [len(next(iter(s.values()))[1]) if s else 0 for s in out_eps]
+                sources[key] = {"paths": [str(paths[i]) for i in range(len(selected))], "fps": vfps, "rows": rows}
+                kinds[key], rates[key] = "image", vfps
+                names.pop(key, None)
+                continue
             for i, p in present.items():
                 jobs.setdefault(p, []).append((i, key))
         order = list(jobs)
+        if video_sources and major != 2:
+            raise NotImplementedError("video_sources: LeRobot v3.0 video files hold many episodes")
         results = dict(zip(order, decode_videos(order, resize=video_resize, backend=decoded_with,
                                                 max_workers=max_workers, show_progress=show_progress)))
         for p, uses in jobs.items():
@@ -424,11 +440,11 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
             raise ReaderError(f"{root}: episodes have different columns: {sorted(set(streams) ^ present_keys)}")
     return Episodes(
         episodes=out_eps, kinds=kinds, rates=rates, tasks=tasks,
-        stats={k: v for k, v in stats.items() if k in present_keys and kinds.get(k) != "text"} or None,
+        stats={k: v for k, v in stats.items() if (k in present_keys or k in sources) and kinds.get(k) != "text"} or None,
         feature_names={k: v for k, v in names.items() if v} or None,
         source=str(root),
         extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
-               "video_backend": decoded_with, "skipped_videos": skipped, "fps": fps,
+               "video_backend": decoded_with, "skipped_videos": skipped, "fps": fps, "videos": sources,
                "task_table": _task_table(root, major), "files": [str(table[e]["data"]) for e in selected]})
 
 

@@ -1,0 +1,148 @@
+"""The memory plan: which tier holds each image stream, decided from metadata before a frame is decoded.
+
+Budgets (bytes), unless given:
+- device: 25% of the GPU's free memory at load time, less what the dataset's other streams take. The
+  rest is the model's: a policy's weights, optimizer state and activations usually need most of a GPU,
+  and a loader that takes them would move the out-of-memory error into the training step.
+- host: 50% of the machine's available RAM (``MemAvailable``) for pinned frames: pinned pages cannot be
+  swapped or reclaimed, and the page cache, the DataLoader-free training process and other jobs need the rest.
+- disk: the free space of the cache directory, less 1 GB.
+``auto`` puts each stream whole into the first tier with room, in the order device, host, disk.
+A plan that cannot fit raises one ``MemoryError`` naming the bytes needed and available and the ways out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+TIER_ORDER = ("device", "host", "disk")
+CHOICES = ("auto",) + TIER_ORDER
+DEVICE_SHARE = 0.25
+HOST_SHARE = 0.50
+DISK_RESERVE = 1 << 30
+
+
+@dataclass
+class Need:
+    """One image stream to place: ``frames`` frames of ``frame_bytes`` bytes each."""
+
+    name: str
+    frames: int
+    frame_bytes: int
+    height: int = 0
+    width: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.frames * self.frame_bytes
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def host_available() -> int:
+    """Bytes of RAM available to new allocations (Linux ``MemAvailable``; else total / 2)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError):  # pragma: no cover
+        return 0
+
+
+def device_free(device) -> int:
+    """Free bytes on a CUDA device (0 for the CPU)."""
+    import torch
+    if device.type != "cuda":
+        return 0
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free)
+
+
+def disk_free(path) -> int:
+    os.makedirs(path, exist_ok=True)
+    return int(shutil.disk_usage(path).free)
+
+
+@dataclass
+class Budgets:
+    device: int
+    host: int
+    disk: int
+    disk_dir: str = ""
+
+    def of(self, tier: str) -> int:
+        return getattr(self, tier)
+
+
+def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, other_device_bytes: int = 0) -> Budgets:
+    """The bytes each tier may take (see the module docstring for the defaults)."""
+    from .cache import cache_dir
+    d = int(device_memory) if device_memory is not None else \
+        max(0, int(device_free(device) * DEVICE_SHARE) - int(other_device_bytes))
+    if device.type != "cuda":
+        d = 0
+    h = int(host_memory) if host_memory is not None else int(host_available() * HOST_SHARE)
+    root = os.fspath(disk_dir) if disk_dir is not None else os.fspath(cache_dir())
+    try:
+        k = max(0, disk_free(root) - DISK_RESERVE)
+    except OSError:
+        k = 0
+    return Budgets(d, h, k, root)
+
+
+def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> dict[str, str]:
+    """Tier per stream name. ``choice``: "auto", one tier for all, or ``{stream: tier}`` (others auto).
+
+    On a CPU dataset "device" and "host" both mean plain memory ("cpu"). Raises MemoryError when a stream
+    cannot be placed, with what it needs, what each tier has left and the ways out.
+    """
+    per = choice if isinstance(choice, dict) else {}
+    default = "auto" if isinstance(choice, dict) else choice
+    if default not in CHOICES:
+        raise ValueError(f"frames must be one of {CHOICES} or a dict stream -> tier, got {choice!r}")
+    for n, t in per.items():
+        if t not in CHOICES:
+            raise ValueError(f"frames[{n!r}] must be one of {CHOICES}, got {t!r}")
+    cpu = device.type != "cuda"
+    left = {"device": b.host if cpu else b.device, "host": b.host, "disk": b.disk}
+    out: dict[str, str] = {}
+    # explicit choices first, so auto fills around them
+    for need in sorted(needs, key=lambda n: per.get(n.name, default) == "auto"):
+        want = per.get(need.name, default)
+        tiers = TIER_ORDER if want == "auto" else (want,)
+        for t in tiers:
+            pool = "host" if cpu and t == "device" else t
+            if need.nbytes <= left[pool]:
+                left[pool] -= need.nbytes
+                out[need.name] = "cpu" if cpu and t in ("device", "host") else t
+                break
+        else:
+            raise MemoryError(_no_fit(need, needs, want, left, b, cpu, hint))
+    return out
+
+
+def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> str:
+    total = sum(n.nbytes for n in needs)
+    where = "memory" if cpu else "device"
+    lines = [f"{hint}frames of stream {need.name!r} need {_gb(need.nbytes)} ({need.frames} frames x "
+             f"{need.frame_bytes} bytes; all image streams: {_gb(total)}), which does not fit "
+             + ("in the tier asked for" if want != "auto" else "in any tier") + ".",
+             f"  left: {where} {_gb(left['device'])}" + ("" if cpu else f" of a {_gb(b.device)} budget")
+             + f", host {_gb(left['host'])} of {_gb(b.host)}, disk {_gb(left['disk'])} at {b.disk_dir}"]
+    ways = ["video_resize=(h, w) stores fewer bytes per frame",
+            "episodes=[...] loads part of the dataset",
+            "frames='disk' (or 'host') puts the frames in another tier"
+            + ("" if want == "auto" else f" (this stream asked for {want!r})"),
+            "device_memory= / host_memory= raise a budget",
+            "shard_episodes=True (multi-GPU) holds only each rank's episodes",
+            "ROBOCACHE_CACHE_DIR points the disk tier at a bigger disk"]
+    return "\n".join(lines + ["  ways out: " + "; ".join(ways)])

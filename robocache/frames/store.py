@@ -1,0 +1,235 @@
+"""FrameStore: one image stream's frames in one tier, and "these frames into this batch".
+
+Storage is one row per frame: RGB-like ``[N, H, W, C]`` (uint8 or float32, as the source stored it) or
+YUV 4:2:0 ``[N, H*W + 2*ch*cw]`` uint8 (I420, as the video decoder hands it back: 1.5 bytes/pixel).
+Tiers: ``device`` (a tensor on the dataset's GPU), ``host`` (pinned host memory the GPU reads directly:
+only the sampled frames cross the bus), ``disk`` (a read-only memory-mapped cache file; batches stage the
+sampled frames through pinned buffers, see ``stage``), ``cpu`` (a CPU dataset: plain memory).
+Every tier goes through the same kernel (``robocache._C.gather_frames``: gather, YUV -> RGB, resize,
+layout, dtype in one pass), so batches are bit-identical whatever the tier.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+TIERS = ("device", "host", "disk", "cpu")
+FORMATS = ("rgb", "yuv420")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def yuv420_bytes(height: int, width: int) -> int:
+    """Bytes of one I420 frame: the Y plane plus two chroma planes of ceil(H/2) x ceil(W/2)."""
+    return height * width + 2 * ((height + 1) // 2) * ((width + 1) // 2)
+
+
+class FrameStore:
+    """The frames of one image stream (all episodes back to back) in one tier.
+
+    Attributes
+    ----------
+    data : torch.Tensor
+        The storage rows: ``[N, H, W, C]`` for ``rgb``, ``[N, frame_bytes]`` uint8 for ``yuv420``;
+        on the GPU (device tier) or the CPU (host: pinned; disk: over a memory map; cpu).
+    format : "rgb" or "yuv420"
+    height, width, channels : int
+        The decoded frame (``yuv420`` decodes to 3 channels of uint8).
+    tier : "device", "host", "disk" or "cpu"
+    device : torch.device
+        Where batches and decoded frames land (the dataset's device).
+    matrix, full_range :
+        ``yuv420`` only: the color matrix (bt601, bt709, bt2020) and range the decoder's RGB uses.
+    rows : torch.Tensor or None
+        A subset's map from its frame index to a storage row (int64 on ``device``, or host for disk), so
+        a subset of a memory-mapped store copies nothing.
+    path : str or None
+        The file behind a disk-tier store.
+    """
+
+    def __init__(self, data, *, format: str, height: int, width: int, channels: int, tier: str, device,
+                 matrix: str = "bt601", full_range: bool = False, rows=None, path: str | None = None):
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        if tier not in TIERS:
+            raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+        self.data, self.format, self.tier = data, format, tier
+        self.height, self.width, self.channels = int(height), int(width), int(channels)
+        self.matrix, self.full_range = matrix, bool(full_range)
+        self.device = _torch().device(device)
+        self.rows, self.path = rows, path
+        self._host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
+
+    @classmethod
+    def from_rgb(cls, values, device=None) -> "FrameStore":
+        """A store over RGB-like frames ``[N, H, W, C]`` already in memory: ``cpu`` or ``device`` tier
+        where ``values`` lives (no copy)."""
+        torch = _torch()
+        if values.dim() == 3:                          # [N, H, W] grey
+            values = values[..., None]
+        if values.dim() != 4:
+            raise ValueError(f"image frames must be [N, H, W, C], got shape {tuple(values.shape)}")
+        dev = values.device if device is None else torch.device(device)
+        tier = "cpu" if values.device.type == "cpu" and dev.type == "cpu" else "device"
+        _, h, w, c = values.shape
+        return cls(values.contiguous(), format="rgb", height=h, width=w, channels=c, tier=tier, device=dev)
+
+    # --- shape and size ------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0]) if self.rows is not None else int(self.data.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(N, H, W, C)`` of the decoded frames."""
+        return (len(self), self.height, self.width, self.channels)
+
+    @property
+    def dtype(self):
+        """dtype of a decoded frame (uint8 for video)."""
+        return self.data.dtype
+
+    @property
+    def frame_bytes(self) -> int:
+        """Stored bytes per frame."""
+        return math.prod(self.data.shape[1:]) * self.data.element_size()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the storage holds (the whole file for a disk-tier subset)."""
+        return int(self.data.shape[0]) * self.frame_bytes
+
+    def __repr__(self) -> str:
+        return (f"FrameStore({len(self)} frames {self.height}x{self.width}x{self.channels}, {self.format}, "
+                f"{self.tier} tier, {self.nbytes / 1e9:.2f} GB)")
+
+    # --- gather --------------------------------------------------------------------------
+
+    def _storage_ids(self, ids):
+        """Subset row map applied on the device (negative ids stay negative: zero frames)."""
+        if self.rows is None:
+            return ids
+        torch = _torch()
+        return torch.where(ids >= 0, self.rows[ids.clamp(min=0)], ids)
+
+    def gather(self, ids, *, layout: str = "BTHWC", size: tuple[int, int] | None = None, float_out: bool = False):
+        """Frames ``ids [...]`` (int64 on ``device``; < 0 gives a zero frame) decoded into a new tensor.
+
+        ``layout="BTHWC"``: ``[..., H', W', C]`` in the stored dtype (uint8 resized values rounded), or
+        float32 when ``float_out``. ``layout="BTCHW"``: float32 ``[..., C, H', W']`` in [0, 1] for uint8 frames
+        (stored value / 255); without resize its memory is channels-last (the frames' HWC order, Conv2d's
+        fast layout), with resize contiguous. ``size``: ``(H', W')`` after bilinear resizing.
+        """
+        torch = _torch()
+        lead = tuple(ids.shape)
+        M = math.prod(lead)
+        H, W = (self.height, self.width) if size is None else (int(size[0]), int(size[1]))
+        C = self.channels
+        u8 = self.dtype == torch.uint8
+        if layout == "BTCHW":
+            if size is None:
+                buf = torch.empty(lead + (H, W, C), dtype=torch.float32, device=self.device)
+                view, result = buf.view(M, H, W, C), buf.permute(*range(len(lead)), len(lead) + 2, len(lead),
+                                                                   len(lead) + 1)
+            else:
+                buf = torch.empty(lead + (C, H, W), dtype=torch.float32, device=self.device)
+                view, result = buf.view(M, C, H, W).permute(0, 2, 3, 1), buf
+            scale = 255.0 if u8 else None
+        else:
+            dtype = torch.float32 if float_out else self.dtype
+            result = torch.empty(lead + (H, W, C), dtype=dtype, device=self.device)
+            view, scale = result.view(M, H, W, C), None
+        if M:
+            self._gather_into(view, ids.reshape(M), scale)
+        return result
+
+    def _gather_into(self, view, ids, scale):
+        if self.tier == "disk":
+            from .stage import gather_disk
+            return gather_disk(self, view, ids, scale)
+        from .._C import gather_frames
+        gather_frames(self.data, self._storage_ids(ids), view, format=self.format, height=self.height,
+                       width=self.width, channels=self.channels, matrix=self.matrix, full_range=self.full_range,
+                       scale=scale)
+
+    def __getitem__(self, index):
+        """Decoded frames ``[n, H, W, C]`` on ``device``: an int, a slice, or an index tensor/array."""
+        torch = _torch()
+        n = len(self)
+        if isinstance(index, (int, np.integer)):
+            if not -n <= index < n:
+                raise IndexError(f"frame {index} out of range for {n} frames")
+            return self.gather(torch.tensor([int(index) % n], device=self.device))[0]
+        if isinstance(index, slice):
+            ids = torch.arange(*index.indices(n), device=self.device)
+        else:
+            ids = torch.as_tensor(index, device=self.device).to(torch.int64).reshape(-1)
+            if ids.numel() and (int(ids.min()) < -n or int(ids.max()) >= n):
+                raise IndexError(f"frame index out of range for {n} frames")
+            ids = ids % max(n, 1)
+        return self.gather(ids)
+
+    def chunks(self, frames: int = 256):
+        """Decoded frames in chunks of ``frames``, on ``device`` (statistics, export)."""
+        for a in range(0, len(self), frames):
+            yield self[a:a + frames]
+
+    # --- copies --------------------------------------------------------------------------
+
+    def subset(self, rows) -> "FrameStore":
+        """The store with only frames ``rows`` (int64 numpy, in that order). Device/host/cpu tiers copy
+        them into the same tier; a disk-tier store keeps its file and a row map."""
+        torch = _torch()
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._host_rows is not None:
+            rows = self._host_rows[rows]
+        kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
+                  device=self.device, matrix=self.matrix, full_range=self.full_range)
+        if self.tier == "disk":
+            r = torch.from_numpy(rows)
+            return FrameStore(self.data, tier="disk", rows=r.to(self.device), path=self.path, **kw)
+        idx = torch.from_numpy(rows).to(self.data.device)
+        data = self.data.index_select(0, idx) if rows.size else self.data[:0].clone()
+        if self.tier == "host" and self.data.is_pinned():
+            data = data.pin_memory()
+        return FrameStore(data, tier=self.tier, **kw)
+
+    def to(self, device) -> "FrameStore":
+        """The store with batches landing on ``device``: a device-tier store moves; host/disk stores keep
+        their memory (a CPU dataset reads them directly; host memory is pinned for a GPU)."""
+        torch = _torch()
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
+                  matrix=self.matrix, full_range=self.full_range, path=self.path)
+        rows = None if self.rows is None else self.rows.to(device)
+        if self.tier in ("device", "cpu"):
+            data = self.data.to(device)
+            tier = "cpu" if device.type == "cpu" else "device"
+            return FrameStore(data, tier=tier, device=device, rows=rows, **kw)
+        data = self.data
+        if self.tier == "host" and device.type == "cuda" and not data.is_pinned():
+            data = data.pin_memory()
+        return FrameStore(data, tier=self.tier, device=device, rows=rows, **kw)
+
+
+def frame_store_bytes(format: str, height: int, width: int, channels: int = 3, itemsize: int = 1) -> int:
+    """Stored bytes per frame of a format (the memory plan's unit)."""
+    if format == "yuv420":
+        return yuv420_bytes(height, width)
+    return height * width * channels * itemsize
+
+
+def as_store(values: Any, device) -> FrameStore:
+    """A FrameStore for a stream's image values: itself when it is one, else an RGB store over the tensor."""
+    if isinstance(values, FrameStore):
+        return values if values.device == _torch().device(device) else values.to(device)
+    return FrameStore.from_rgb(values, device)

@@ -472,14 +472,22 @@ class Stream:
                 "mode": self.mode, "rate": _fmt_rate(self.rate), "samples": self.num_samples,
                 "episodes": f"{int((self.lengths > 0).sum())}/{self.num_episodes} ep",
                 "duration": _fmt_seconds(self.duration),
-                "memory": _fmt_bytes(self.nbytes)}
+                "memory": _fmt_bytes(self.nbytes), "storage": self._storage_text()}
+
+    def _storage_text(self) -> str:
+        """Where the values live: the device type, or an image stream's tier and frame format."""
+        f = self.frames
+        if f is None:
+            return self.device.type
+        tier = "host (pinned)" if f.tier == "host" and f.data.is_pinned() else f.tier
+        return f"{tier}, {f.format}"
 
     def __repr__(self) -> str:
         s = self._summary()
         n = f", {self.values.shape[0]} points" if self.kind == "pointcloud" else ""
         return (f"Stream({s['name']!r}, {s['kind']} {s['dtype']} {s['shape']}, mode {s['mode']}, {s['rate']}, "
                 f"{s['samples']} samples{n}, {s['episodes']}, {s['duration']}, "
-                f"{s['memory']}, {self.device})")
+                f"{s['memory']}, {s['storage'] if self.frames is not None else self.device})")
 
 
 @dataclass
@@ -1258,15 +1266,17 @@ class Dataset:
         rows = [s._summary() for s in self.streams.values()]
         if not rows:
             return self._header()
-        cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory")
-        left = ("name", "kind", "dtype", "shape", "mode")
+        cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
+                "storage")
+        left = ("name", "kind", "dtype", "shape", "mode", "storage")
         width = {c: max(len(str(r[c])) for r in rows) for c in cols}
         cell = lambda r, c: str(r[c]).ljust(width[c]) if c in left else str(r[c]).rjust(width[c])
         return "\n".join([self._header()] + ["  " + "  ".join(cell(r, c) for c in cols) for r in rows])
 
     def _repr_html_(self) -> str:
         esc = lambda x: html.escape(str(x))
-        cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory")
+        cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
+                "storage")
         head = "".join(f"<th>{c}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{esc(s._summary()[c])}</td>" for c in cols) + "</tr>"
                        for s in self.streams.values())

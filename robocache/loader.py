@@ -157,7 +157,9 @@ class DataLoader:
         # (after construction, set_epoch or load_state_dict), else the next epoch from its start
         self._epoch, self._batch, self._fresh = 0, 0, True
         # CUDA: full batches replay a captured graph (batch_graph.py); built at the second batch
-        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
+        # disk-tier frames are staged by the host per batch: host work a graph replay cannot repeat
+        self._host_plans = any(p.host for p in self._plans)
+        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and not self._host_plans
         self._graph, self._tables, self._side, self._warm = None, None, None, False
         self._graph_lock = threading.Lock()
 
@@ -224,14 +226,19 @@ class DataLoader:
 
     def _make(self, episodes, times, k: int) -> dict:
         a = k * self.batch_size
-        return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size])
+        host = None
+        if self._host_plans:
+            ep_h, t_h = self._table.host_table()
+            rows = self._table.host_order[a:a + self.batch_size]
+            host = (ep_h[rows], t_h[rows])
+        return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size], host)
 
-    def _make_batch(self, ep, t) -> dict:
+    def _make_batch(self, ep, t, host=None) -> dict:
         out: dict = {}
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
         for p, (a, b) in zip(self._plans, self._columns):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out)
+            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
         return out
 
     def __iter__(self) -> Iterator[dict]:

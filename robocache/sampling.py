@@ -106,6 +106,14 @@ class Samples:
         self.rank, self.world_size, self.per_rank = rank, world_size, per_rank
         self.device = ds.device
         self.episode, self.time = self._table(ds, names, anchor, rate)
+        self.host_order = None
+        self._host_table = None
+
+    def host_table(self):
+        """``(episode, time)`` of every sample as host numpy (copied once, for the disk tier)."""
+        if self._host_table is None:
+            self._host_table = (self.episode.cpu().numpy(), self.time.cpu().numpy())
+        return self._host_table
 
     @staticmethod
     def _table(ds: Dataset, names, anchor, rate):
@@ -149,6 +157,7 @@ class Samples:
                 raise IndexError(f"sampler yielded {bad}, outside the {n} samples of the loader")
             host = torch.from_numpy(idx)
         elif self.world_size == 1 and not self.shuffle:
+            self.host_order = np.arange(n, dtype=np.int64)
             return torch.arange(n, device=dev)
         else:
             if self.shuffle:
@@ -161,6 +170,7 @@ class Samples:
                 host = _wrap(host, self.per_rank)
             elif self.world_size > 1:                  # the global permutation, every world_size-th
                 host = _wrap(host, len(self) * self.world_size)[self.rank::self.world_size]
+        self.host_order = host.numpy()     # the disk tier's host-side frame ids read it (no GPU read-back)
         if dev.type == "cuda":
             # pinned + non_blocking: an async copy, no sync; the caching host allocator keeps
             # the pinned buffer until the copy has run

@@ -122,6 +122,7 @@ class _Plan:
     fused: dict = field(default_factory=dict)
     voxel: dict | None = None    # voxelize kwargs; point clouds only
     cloud: tuple = ()            # (frame_offsets [M+1], frames per episode [E], max points per frame)
+    host: tuple = ()             # disk-tier frames on a GPU: (times, offsets, target offsets) as host numpy
 
 
 def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
@@ -236,6 +237,10 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
 
     if len(names) > 1:
         p.fused = {n: (s.values, s.times, s.offsets) for n, s in zip(names, streams)}
+    st = streams[0]
+    if image and st.frames.tier == "disk" and ds.device.type == "cuda":
+        # the host stages these frames from the file, so it computes which ones without reading the GPU
+        p.host = (st.times.cpu().numpy(), st._offsets_host, offs)
     return p
 
 
@@ -304,9 +309,23 @@ def _run_cloud(p: _Plan, ds: Dataset, episodes, new_times):
     return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
 
 
-def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
+def _host_ids(p: _Plan, s, host):
+    """Frame ids ``[B, T]`` and ``is_pad`` computed on the host (CPU resample of the frame numbers) from the
+    batch's host-side episodes and anchor times: what a disk-tier stream stages, with no GPU read-back."""
+    from ._C import resample
+    times, offsets, offs = p.host
+    ep, t = host
+    ids, pad = resample(np.arange(times.shape[0], dtype=np.int64), times, t[:, None] + offs[None, :],
+                        mode=p.modes[0], offsets=offsets, index=ep, return_mask=True, tolerance=p.tolerance)
+    if p.zero_pad:
+        ids[pad] = -1
+    return ids
+
+
+def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, host=None) -> None:
     """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch;
-    ``new_times [B, T]`` float64 (a strided view)."""
+    ``new_times [B, T]`` float64 (a strided view). ``host``: the batch's ``(episodes, anchor times)`` as
+    host numpy, for plans that stage frames on the host (disk tier on a GPU)."""
     torch = _torch()
     if p.voxel is not None:
         x, pad = _run_cloud(p, ds, episodes, new_times)
@@ -319,7 +338,8 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict) -> None:
         ids, pad = ds.frame_ids(p.names[0], episodes, new_times, p.modes[0], tolerance=p.tolerance)
         if p.zero_pad:
             ids = ids.masked_fill(pad, -1)
-        out[p.key] = _cast(p, s.frames.gather(ids, layout=p.layout, size=p.resize))
+        host_ids = _host_ids(p, s, host) if p.host and host is not None else None
+        out[p.key] = _cast(p, s.frames.gather(ids, layout=p.layout, size=p.resize, host_ids=host_ids))
         out[p.key + "_is_pad"] = pad
         return
     if p.fused:

@@ -81,6 +81,32 @@ class FrameStore:
         _, h, w, c = values.shape
         return cls(values.contiguous(), format="rgb", height=h, width=w, channels=c, tier=tier, device=dev)
 
+    @classmethod
+    def create(cls, rows, *, format: str, height: int, width: int, channels: int = 3, tier: str, device,
+               path=None, matrix: str = "bt601", full_range: bool = False) -> "FrameStore":
+        """A store of ``rows`` (numpy or torch: ``[N, H, W, C]`` rgb or ``[N, frame_bytes]`` yuv420) in
+        ``tier``: copied to the device, into pinned host memory, or written to ``path`` and mapped."""
+        torch = _torch()
+        device = torch.device(device)
+        a = rows.cpu().numpy() if isinstance(rows, torch.Tensor) else np.ascontiguousarray(rows)
+        if tier == "disk":
+            if path is None:
+                raise ValueError("tier 'disk' needs a path for the frame file")
+            mm = np.lib.format.open_memmap(path, mode="w+", dtype=a.dtype, shape=a.shape)
+            mm[...] = a
+            mm.flush()
+            del mm
+            data = _from_map(np.load(path, mmap_mode="r"))
+        elif tier == "host":
+            data = torch.from_numpy(a).pin_memory() if torch.cuda.is_available() else torch.from_numpy(a.copy())
+        elif tier in ("device", "cpu"):
+            data = torch.from_numpy(a).to(device)
+            tier = "cpu" if device.type == "cpu" else "device"
+        else:
+            raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+        return cls(data, format=format, height=height, width=width, channels=channels, tier=tier, device=device,
+                   matrix=matrix, full_range=full_range, path=None if path is None else str(path))
+
     # --- shape and size ------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -119,13 +145,16 @@ class FrameStore:
         torch = _torch()
         return torch.where(ids >= 0, self.rows[ids.clamp(min=0)], ids)
 
-    def gather(self, ids, *, layout: str = "BTHWC", size: tuple[int, int] | None = None, float_out: bool = False):
+    def gather(self, ids, *, layout: str = "BTHWC", size: tuple[int, int] | None = None, float_out: bool = False,
+               host_ids=None):
         """Frames ``ids [...]`` (int64 on ``device``; < 0 gives a zero frame) decoded into a new tensor.
 
         ``layout="BTHWC"``: ``[..., H', W', C]`` in the stored dtype (uint8 resized values rounded), or
         float32 when ``float_out``. ``layout="BTCHW"``: float32 ``[..., C, H', W']`` in [0, 1] for uint8 frames
         (stored value / 255); without resize its memory is channels-last (the frames' HWC order, Conv2d's
         fast layout), with resize contiguous. ``size``: ``(H', W')`` after bilinear resizing.
+        ``host_ids``: the same ids as host numpy, when the caller has them (the disk tier then stages the
+        frames without reading ``ids`` back from the GPU).
         """
         torch = _torch()
         lead = tuple(ids.shape)
@@ -147,13 +176,13 @@ class FrameStore:
             result = torch.empty(lead + (H, W, C), dtype=dtype, device=self.device)
             view, scale = result.view(M, H, W, C), None
         if M:
-            self._gather_into(view, ids.reshape(M), scale)
+            self._gather_into(view, ids.reshape(M), scale, host_ids)
         return result
 
-    def _gather_into(self, view, ids, scale):
+    def _gather_into(self, view, ids, scale, host_ids=None):
         if self.tier == "disk":
             from .stage import gather_disk
-            return gather_disk(self, view, ids, scale)
+            return gather_disk(self, view, ids, scale, host_ids)
         from .._C import gather_frames
         gather_frames(self.data, self._storage_ids(ids), view, format=self.format, height=self.height,
                        width=self.width, channels=self.channels, matrix=self.matrix, full_range=self.full_range,
@@ -219,6 +248,15 @@ class FrameStore:
         if self.tier == "host" and device.type == "cuda" and not data.is_pinned():
             data = data.pin_memory()
         return FrameStore(data, tier=self.tier, device=device, rows=rows, **kw)
+
+
+def _from_map(a):
+    """A torch tensor over a read-only memory map (torch warns about non-writable arrays: the frames
+    are only ever read)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _torch().from_numpy(a)
 
 
 def frame_store_bytes(format: str, height: int, width: int, channels: int = 3, itemsize: int = 1) -> int:

@@ -4,7 +4,8 @@ path and the memory-bandwidth floor.
 
     python benchmarks/bench_fuse.py [--quick] [--device auto|cpu|cuda] [--json PATH]
 
-The harness lives in robocache/bench.py (also `python -m robocache bench --op fuse`).
+Configs and contenders: robocache/bench/fuse.py; the harness: robocache/bench/harness.py
+(also `python -m robocache bench --op fuse`).
 """
 import sys
 

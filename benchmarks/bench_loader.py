@@ -14,7 +14,7 @@ Contenders:
   torch DL, mp4 decode  (PickNPlace + frame) the LeRobot/GR00T default: each sample decodes its
                     frame from the episode's mp4 in __getitem__ (OpenCV seek + read)
   torch DL          torch.utils.data.DataLoader, --workers workers, pin_memory, NumPy windows in
-                    __getitem__ (robocache/torch_reference.py), batches copied to the GPU
+                    __getitem__ (robocache/bench/torch_loader.py), batches copied to the GPU
   torch GPU gather  plain PyTorch on GPU-resident tensors: randint, index arithmetic, clamp, gather,
                     masks, normalization (and a scatter for voxels): what a skilled user writes
 Measured: samples/s over many batches (loader alone, nothing else on the GPU), per-batch
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import robocache  # noqa: E402
 from robocache import Window  # noqa: E402
-from robocache.torch_reference import make_torch_loader  # noqa: E402
+from robocache.bench.torch_loader import make_torch_loader  # noqa: E402
 
 import train_groot_style as groot  # noqa: E402
 
@@ -100,7 +100,7 @@ class Mp4Frames(torch.utils.data.Dataset):
 
     def __init__(self, data: Path, ds, windows: dict, key: str):
         import json
-        from robocache.torch_reference import WindowDataset
+        from robocache.bench.torch_loader import WindowDataset
         self.low = WindowDataset(ds, {k: w for k, w in windows.items() if k != key})
         self.key = key
         info = json.loads((data / "meta" / "info.json").read_text())
@@ -255,7 +255,7 @@ def to_gpu(it, dev):
 def mp4_row(args, ds, w, first, B, dev) -> dict:
     """torch DataLoader decoding each sample's frame from the mp4 (few batches: ~200 samples/s).
     Its frames are checked against robocache's (decoded once, whole videos, at load)."""
-    from robocache.torch_reference import EpochSampler
+    from robocache.bench.torch_loader import EpochSampler
     data = Mp4Frames(args.data, ds, w, "image")
     dl = torch.utils.data.DataLoader(data, batch_size=B, sampler=EpochSampler(len(data), 0, 0, True),
                                      num_workers=args.workers, pin_memory=True, drop_last=True,

@@ -3,7 +3,8 @@ path, a NumPy np.interp loop and the memory-bandwidth floor.
 
     python benchmarks/bench_resample.py [--quick] [--device auto|cpu|cuda] [--json PATH]
 
-The harness lives in robocache/bench.py (also `python -m robocache bench`).
+Configs and contenders: robocache/bench/resample.py; the harness: robocache/bench/harness.py
+(also `python -m robocache bench`).
 """
 import sys
 

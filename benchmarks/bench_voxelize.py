@@ -4,7 +4,7 @@ cost of deterministic=True against deterministic=False.
 
     python benchmarks/bench_voxelize.py [--quick] [--device auto|cpu|cuda] [--json PATH]
 
-Configs and contenders: robocache/bench_voxelize.py; the harness: robocache/bench.py
+Configs and contenders: robocache/bench/voxelize.py; the harness: robocache/bench/harness.py
 (also `python -m robocache bench --op voxelize`).
 """
 import sys

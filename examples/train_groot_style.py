@@ -7,7 +7,7 @@ Batches as GR00T builds them (``delta_indices``, min/max normalization): state `
 (index 0), action chunk ``[B, 16, 44]`` (indices 0..15 at 20 Hz, the last action repeated past an
 episode's end with ``action_is_pad`` True) and, with ``--video``, the ego_view frame nearest to
 the anchor as ``[B, 1, 3, H, W]`` float in [0, 1]. ``--loader torch`` is the plain
-``torch.utils.data.DataLoader`` baseline (robocache/torch_reference.py, NumPy in
+``torch.utils.data.DataLoader`` baseline (robocache/bench/torch_loader.py, NumPy in
 ``__getitem__``); ``--loader robocache`` is ``robocache.DataLoader``. Both give the same batches
 for the same seed (tests/test_train_groot_style.py). The policy predicts the action chunk from the
 state (and frame) with a masked MSE; the loop prints the time each step waits for data and the
@@ -73,7 +73,7 @@ def make_loader(kind: str, ds: robocache.Dataset, batch_size: int = 64, seed: in
         loader.set_epoch(epoch)
         return loader
     if kind == "torch":
-        from robocache.torch_reference import make_torch_loader
+        from robocache.bench.torch_loader import make_torch_loader
         return make_torch_loader(ds, spec, batch_size, seed=seed, epoch=epoch, num_workers=num_workers,
                                  pin_memory=torch.cuda.is_available())
     raise ValueError(f"loader must be 'torch' or 'robocache', got {kind!r}")

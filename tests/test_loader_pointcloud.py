@@ -164,7 +164,7 @@ def test_voxel_window_bad_input(clouds):
 def test_torch_reference_gives_the_same_batches(clouds, num_workers):
     """The plain torch.utils.data baseline of the loader benchmark reproduces voxel windows and
     pad="zero" exactly (occupancy, count)."""
-    from robocache.torch_reference import make_torch_loader
+    from robocache.bench.torch_loader import make_torch_loader
     w = {"occ": Window("lidar", offsets=[-0.1, 0.0], voxel=VOXEL),
          "count": Window("lidar", indices=range(-1, 2), rate=10, pad="zero", voxel=dict(VOXEL, mode="count")),
          "joints": Window("joints", indices=range(-2, 3), rate=100, pad="zero", normalize="min_max")}

@@ -1,4 +1,4 @@
-"""examples/train_groot_style.py: the torch baseline (robocache/torch_reference.py) and
+"""examples/train_groot_style.py: the torch baseline (robocache/bench/torch_loader.py) and
 robocache.DataLoader give the same batches for the same (seed, epoch), and a few training steps
 with either loader give a finite, falling loss. CPU only, on the real GR00T PickNPlace set."""
 

@@ -7,7 +7,8 @@ Contenders on the same tensors, each checked against a float64 reference first:
 robocache fuse (one launch), the K separate robocache.resample calls + torch.cat it
 replaces ("separate"), plain PyTorch per stream (batched searchsorted + gather + lerp,
 then torch.cat), robocache on the CPU; floor = fewest bytes / copy bandwidth. The
-harness (timers, rotation, tables) is robocache/bench.py's.
+harness (timers, rotation, tables) is harness.py's; each stream's data, reference and floor are
+resample.py's (fuse is K resamples onto one timeline).
 """
 
 from __future__ import annotations
@@ -18,15 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The registration bench.py reads (OPS["fuse"]). Defined before importing bench so that
-# importing this module first works too: bench's OPS line then finds it on the partly
-# initialized module; the lambdas resolve the functions below when called.
-OP = (lambda quick: fuse_configs(quick), lambda cfg, env: build_fuse_case(cfg, env))
-
-from .bench import (ITEMSIZE,  # noqa: E402
-                    TOLERANCE, Case, Contender, Env, ResampleConfig, ResampleData, _robocache, rotation_sets,
-                    _round_to_dtype, _torch, _torch_dtype, _window_targets, rel_err, resample_brackets,
-                    resample_min_bytes, resample_reference, torch_resample_dense)
+from .harness import (ITEMSIZE, TOLERANCE, Case, Contender, Env, OpBench, _robocache, _torch,
+                      _torch_dtype, rel_err, rotation_sets)
+from .resample import (ResampleConfig, ResampleData, _round_to_dtype, _window_targets,
+                       resample_brackets, resample_min_bytes, resample_reference,
+                       torch_resample_dense)
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ def make_fuse_data(cfg: FuseConfig, rng) -> FuseData:
 
 
 def torch_fuse(streams, new_times):
-    """Plain PyTorch: the best per-stream linear resample (bench.torch_resample_dense), then cat."""
+    """Plain PyTorch: the best per-stream linear resample (resample.torch_resample_dense), then cat."""
     torch = _torch()
     return torch.cat([torch_resample_dense(v, t, new_times) for v, t in streams], dim=-1)
 
@@ -132,7 +129,7 @@ def build_fuse_case(cfg: FuseConfig, env: Env) -> Case:
     rng = np.random.default_rng([env.seed, zlib.crc32(case.config.encode())])
     data = make_fuse_data(cfg, rng)
 
-    # reference and floor: per stream as bench.py's resample, concatenated; new_times once
+    # reference and floor: per stream as resample.py's, concatenated; new_times once
     refs, parts = [], {}
     for (rate, D), s in zip(cfg.streams, data.streams):
         r0, r1, w = resample_brackets(s)
@@ -171,5 +168,7 @@ def build_fuse_case(cfg: FuseConfig, env: Env) -> Case:
                                        {"fuse": "robocache", "separate": "separate", "torch": "torch"})
     return case
 
+
+OP = OpBench(configs=fuse_configs, build=build_fuse_case)
 
 __all__ = ["OP", "FuseConfig", "build_fuse_case", "fuse_configs", "make_fuse_data", "torch_fuse"]

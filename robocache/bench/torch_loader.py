@@ -18,7 +18,7 @@ with robocache, so it follows docs/loader.md exactly:
   ``(x - center) * scale`` from ``stream.stats``), the ``dtype`` cast, zero-padding to ``max_dim``
   (with ``{key}_dim_mask``);
 - the sample order of epoch ``e`` is the same permutation robocache draws
-  (``torch.randperm`` from a CPU generator seeded with ``_epoch_seed(seed, e)``).
+  (``torch.randperm`` from a CPU generator seeded with ``robocache.sampling.epoch_seed(seed, e)``).
 
 So ``make_torch_loader(ds, windows, B, seed, epoch)`` and
 ``robocache.DataLoader(ds, B, seed=seed, windows=windows)`` at ``set_epoch(epoch)`` give equal
@@ -26,7 +26,8 @@ batches (tests/test_train_groot_style.py). Linear interpolation, ``resize``, fus
 ``rate`` grid are not reproduced (a ``NotImplementedError`` says so): a GR00T/LeRobot loader
 picks frames, it does not interpolate.
 
-Used by ``examples/train_groot_style.py --loader torch`` and the end-to-end loader benchmark.
+Used by ``examples/train_groot_style.py --loader torch``, the end-to-end loader benchmark
+(benchmarks/bench_loader.py, its "torch DL" contender) and tests/test_loader_pointcloud.py.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from .dataset import Dataset, _torch
-from .loader import Window, _epoch_seed
+from ..dataset import Dataset, _torch
+from ..sampling import epoch_seed
+from ..windows import Window
 
 torch = _torch()  # this module is torch's DataLoader: torch is required to import it
 
@@ -73,7 +75,9 @@ class _Key:
             raise NotImplementedError(f"windows[{key!r}]: mode {self.mode!r}; the torch reference picks frames "
                                       f"({', '.join(_MODES)})")
         self.tolerance = float(w.tolerance)
-        self.values = s.values.cpu().numpy()
+        # image streams: every frame decoded once, in chunks (the baseline holds RGB frames in its workers)
+        self.values = (np.concatenate([c.cpu().numpy() for c in s.frames.chunks()]) if s.frames is not None
+                       else s.values.cpu().numpy())
         self.times = s.times.cpu().numpy()
         self.starts = s._offsets_host
         self.layout = w.layout or "BTHWC"
@@ -212,7 +216,7 @@ class WindowDataset(torch.utils.data.Dataset):
 
 class EpochSampler(torch.utils.data.Sampler):
     """The sample order of ``robocache.DataLoader`` for ``(seed, epoch)``: a ``torch.randperm``
-    from a CPU generator seeded with ``robocache.loader._epoch_seed(seed, epoch)`` (or
+    from a CPU generator seeded with ``robocache.sampling.epoch_seed(seed, epoch)`` (or
     ``range(n)`` without shuffling). ``set_epoch`` as ``DistributedSampler``."""
 
     def __init__(self, num_samples: int, seed: int = 0, epoch: int = 0, shuffle: bool = True):
@@ -227,7 +231,7 @@ class EpochSampler(torch.utils.data.Sampler):
     def __iter__(self) -> Iterator[int]:
         if not self.shuffle:
             return iter(range(self.num_samples))
-        g = torch.Generator().manual_seed(_epoch_seed(self.seed, self.epoch))
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         return iter(torch.randperm(self.num_samples, generator=g).tolist())
 
 

@@ -1,4 +1,4 @@
-"""Benchmark of robocache.voxelize, run by the harness in robocache/bench.py.
+"""Benchmark of robocache.voxelize, run by the harness in harness.py.
 
     python -m robocache bench --op voxelize [--quick] [--device auto|cpu|cuda] [--json PATH]
     python benchmarks/bench_voxelize.py --quick
@@ -42,8 +42,8 @@ Floor: (output bytes, written once + point bytes + feature bytes, each read once
 bandwidth measured in the same run (read + write). Points count 3 coordinates each, also for the
 strided KITTI layout, so the floor is a lower bound.
 
-The harness has no per-op post-processing step, so this module wraps bench._summarize (chained,
-once) to add the determinism ratio to voxelize results.
+The cost of determinism is added to each voxelize result by `determinism_cost`, the
+op's `summarize` step (OpBench), after the harness's ratios.
 """
 
 from __future__ import annotations
@@ -54,11 +54,13 @@ import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-KITTI_SCAN = (Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+from .harness import (TOLERANCE, Case, Contender, Env, OpBench, _fmt_us, _robocache, _torch,
+                      rotation_sets)
+
+KITTI_SCAN = (Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
               / "pointclouds" / "kitti_000008.bin")
 KITTI_JITTER_M = 0.02          # std of the per-copy jitter of the replicated scan (copy 0 is the raw scan)
 OUTSIDE_MARGIN = 0.03          # uniform points fill the grid's box grown by this fraction per side
@@ -69,12 +71,6 @@ FEATURE_MODES = ("sum", "mean")
 EXACT_MODES = ("occupancy", "count")
 OUT_DTYPE = {"occupancy": "float32", "count": "int32", "sum": "float32", "mean": "float32"}
 COMPARE_CHUNK = 1 << 24        # elements per chunk of the float64 error norm
-
-
-def _h():
-    """The harness module (imported late: bench.py registers this module while it loads)."""
-    from robocache import bench
-    return bench
 
 
 # ----------------------------------------------------------------------------
@@ -212,7 +208,7 @@ def sparse_reference(cfg: VoxelizeConfig, data: VoxelizeData) -> SparseRef:
 
 
 def _host_numpy(x) -> np.ndarray:
-    torch = _h()._torch()
+    torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
@@ -253,7 +249,7 @@ def dense_error(out, ref, exact: bool) -> float:
     """Exact: fraction of elements that differ (NaN differs from everything). Otherwise
     ||out - ref|| / ||ref|| in float64, in chunks; inf for NaN/inf. `ref` is on the
     device of `out` (torch) or a NumPy array (NumPy `out`)."""
-    torch = _h()._torch()
+    torch = _torch()
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     is_torch = torch is not None and isinstance(out, torch.Tensor)
@@ -299,7 +295,7 @@ class TorchVoxelizer:
     No step waits for the GPU."""
 
     def __init__(self, cfg: VoxelizeConfig, device):
-        torch = _h()._torch()
+        torch = _torch()
         self.torch, self.cfg = torch, cfg
         X, Y, Z = cfg.grid
         self.V = V = X * Y * Z
@@ -367,7 +363,7 @@ def voxelize_min_bytes(cfg: VoxelizeConfig) -> dict:
 def _input_sets(data: VoxelizeData, device, n: int) -> list[tuple]:
     """n (points, features) copies as torch tensors on `device` (KITTI: views of a copied
     [B,N,4] array, so the points stay strided as in the file's layout)."""
-    torch = _h()._torch()
+    torch = _torch()
     base = torch.from_numpy(data.base).to(device)
     feats = torch.from_numpy(data.features).to(device) if data.features is not None else None
     sets = []
@@ -389,7 +385,7 @@ def _numpy_sets(data: VoxelizeData, n: int) -> list[tuple]:
 
 
 def _rc_calls(cfg: VoxelizeConfig, sets, deterministic: bool) -> list:
-    rc = _h()._robocache()
+    rc = _robocache()
     kw = dict(grid=cfg.grid, voxel_size=cfg.voxel_size, origin=cfg.origin, mode=cfg.mode,
               deterministic=deterministic)
     return [functools.partial(rc.voxelize, p, features=f, **kw) for p, f in sets]
@@ -403,7 +399,7 @@ def _out_shape(cfg: VoxelizeConfig) -> tuple:
 def _poison_like(cfg: VoxelizeConfig, device):
     """An out= array of the output's shape and dtype holding a value robocache must
     overwrite: NaN (float modes), -1 (count)."""
-    torch = _h()._torch()
+    torch = _torch()
     fill = -1 if cfg.mode == "count" else float("nan")
     if device is None:      # NumPy
         return lambda: np.full(_out_shape(cfg), fill, dtype=OUT_DTYPE[cfg.mode])
@@ -417,18 +413,15 @@ def _torch_note(cfg: VoxelizeConfig) -> str:
     return f"float64 binning; {how[cfg.mode]} into a buffer with a sink element"
 
 
-def _robocache_contender(name, calls, verify, tol, device, poison, note="") -> Any:
-    h = _h()
-    return h.Contender(name=name, device=device, call=lambda i: calls[i % len(calls)](),
-                       verify=verify, tol=tol, nsets=len(calls),
-                       poisoned=lambda: calls[0](out=poison()), note=note)
+def _robocache_contender(name, calls, verify, tol, device, poison, note="") -> Contender:
+    return Contender(name=name, device=device, call=lambda i: calls[i % len(calls)](),
+                     verify=verify, tol=tol, nsets=len(calls),
+                     poisoned=lambda: calls[0](out=poison()), note=note)
 
 
-def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
-    h = _h()
+def build_voxelize_case(cfg: VoxelizeConfig, env: Env) -> Case:
     torch = env.torch
-    _install_summary_hook(h)
-    case = h.Case(op="voxelize", config=cfg.shape, shape=cfg.shape, dtype=cfg.dtype)
+    case = Case(op="voxelize", config=cfg.shape, shape=cfg.shape, dtype=cfg.dtype)
     if cfg.kitti and not KITTI_SCAN.is_file():
         case.skipped = f"KITTI scan not found at {KITTI_SCAN}"
         return case
@@ -441,7 +434,7 @@ def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
     min_bytes = voxelize_min_bytes(cfg)
     case.min_bytes = min_bytes["total"]
     exact = cfg.mode in EXACT_MODES
-    tol = 0.0 if exact else h.TOLERANCE[cfg.dtype]
+    tol = 0.0 if exact else TOLERANCE[cfg.dtype]
     kept = cfg.B * cfg.N - int(sref.dropped.sum())
     checks: dict = {}          # shared with the result dict (filled while checking)
     case.extra = {
@@ -456,7 +449,7 @@ def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
         "reference": "robocache CPU deterministic, itself checked against a NumPy reference",
     }
     per_set = data.base.nbytes + (data.features.nbytes if data.features is not None else 0)
-    host_sets, dev_sets = h.rotation_sets(case, per_set, env)
+    host_sets, dev_sets = rotation_sets(case, per_set, env)
 
     # The reference: robocache on the CPU, deterministic, checked against NumPy below.
     if torch is not None:
@@ -498,7 +491,7 @@ def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
             case.extra["robocache_cuda"] = "robocache built without CUDA"
         tv = TorchVoxelizer(cfg, dev)
         torch_calls = [functools.partial(tv, p, f) for p, f in sets]
-        case.contenders.append(h.Contender(
+        case.contenders.append(Contender(
             "torch", "cuda", lambda i: torch_calls[i % len(torch_calls)](),
             lambda out: verify_dense(out, ref_dev), tol, nsets=len(torch_calls),
             note=_torch_note(cfg)))
@@ -519,7 +512,7 @@ def build_voxelize_case(cfg: VoxelizeConfig, env) -> Any:
     if torch is not None:
         tv = TorchVoxelizer(cfg, "cpu")
         torch_calls = [functools.partial(tv, p, f) for p, f in cpu_sets]
-        case.contenders.append(h.Contender(
+        case.contenders.append(Contender(
             "torch", "cpu", lambda i: torch_calls[i % len(torch_calls)](),
             lambda out: verify_dense(out, ref), tol, nsets=len(torch_calls),
             note=_torch_note(cfg)))
@@ -546,23 +539,7 @@ def determinism_cost(res: dict) -> None:
     res["determinism"] = {"device": det["device"], "deterministic_us": d, "nondeterministic_us": n,
                           "det_over_nondet": d / n}
     nd["note"] = "; ".join(x for x in (nd.get("note"), f"determinism costs {d / n:.2f}x "
-                                       f"(deterministic {_h()._fmt_us(d)} us)") if x)
+                                       f"(deterministic {_fmt_us(d)} us)") if x)
 
 
-def _install_summary_hook(h) -> None:
-    """Wrap the harness's _summarize once (chained: other ops may wrap it too)."""
-    current = getattr(h, "_summarize", None)
-    if current is None or getattr(current, "_voxelize_determinism", False):
-        return
-
-    @functools.wraps(current)
-    def summarize(res: dict, _inner=current) -> None:
-        _inner(res)
-        if res.get("op") == "voxelize" and not res.get("skipped"):
-            determinism_cost(res)
-
-    summarize._voxelize_determinism = True
-    h._summarize = summarize
-
-
-OP = (voxelize_configs, build_voxelize_case)     # bench.OPS["voxelize"] = OpBench(*OP)
+OP = OpBench(configs=voxelize_configs, build=build_voxelize_case, summarize=determinism_cost)

@@ -12,6 +12,15 @@
 #ifndef RC_CUDA_ARCHS
 #define RC_CUDA_ARCHS ""
 #endif
+#ifndef RC_CUDA_TOOLKIT /* the nvcc release the kernels were built with, "12.4.131" */
+#define RC_CUDA_TOOLKIT ""
+#endif
+#ifdef RC_WITH_CUDA
+#undef RC_CUDA_MISSING
+#define RC_CUDA_MISSING ""
+#elif !defined(RC_CUDA_MISSING) /* setup.py: "no-toolkit" (none found) or "disabled" (ROBOCACHE_CUDA=0) */
+#define RC_CUDA_MISSING "no-toolkit"
+#endif
 
 static int default_threads(void) {
     const char *env = getenv("ROBOCACHE_NUM_THREADS");
@@ -43,8 +52,9 @@ static PyObject *get_num_threads(PyObject *module, PyObject *unused) {
 }
 
 PyDoc_STRVAR(build_info_doc,
-"_build_info()\n--\n\nBuild and runtime facts: version, whether CUDA was compiled in, the\n"
-"CUDA archs, runtime/driver versions and the devices the runtime sees.");
+"_build_info()\n--\n\nBuild and runtime facts: version, whether CUDA was compiled in (else why\n"
+"not), the CUDA archs and toolkit release, the runtime and driver CUDA versions and the devices\n"
+"the runtime sees. Costs nothing in a CPU-only build (no CUDA call).");
 
 static PyObject *build_info(PyObject *module, PyObject *unused) {
     (void)module;
@@ -73,10 +83,11 @@ static PyObject *build_info(PyObject *module, PyObject *unused) {
         Py_DECREF(d);
     }
 #endif
-    PyObject *info = Py_BuildValue("{s:s,s:O,s:s,s:i,s:i,s:O,s:s}", "version", RC_VERSION,
-                                   "cuda", cuda ? Py_True : Py_False, "archs", RC_CUDA_ARCHS,
-                                   "cuda_runtime", runtime, "cuda_driver", driver, "devices",
-                                   devices, "device_error", device_error);
+    PyObject *info = Py_BuildValue("{s:s,s:O,s:s,s:s,s:s,s:i,s:i,s:O,s:s}", "version", RC_VERSION,
+                                   "cuda", cuda ? Py_True : Py_False, "cpu_only_reason",
+                                   RC_CUDA_MISSING, "archs", RC_CUDA_ARCHS, "cuda_toolkit",
+                                   RC_CUDA_TOOLKIT, "cuda_runtime", runtime, "cuda_driver", driver,
+                                   "devices", devices, "device_error", device_error);
     Py_DECREF(devices);
     return info;
 }
@@ -130,6 +141,8 @@ static PyMethodDef methods[] = {
      rc_voxelize_doc_text},
     {"fuse", (PyCFunction)(void (*)(void))rc_py_fuse, METH_FASTCALL | METH_KEYWORDS,
      rc_fuse_doc_text},
+    {"gather_frames", (PyCFunction)(void (*)(void))rc_py_gather_frames,
+     METH_FASTCALL | METH_KEYWORDS, rc_gather_frames_doc_text},
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
@@ -169,6 +182,7 @@ static int exec_module(PyObject *m) {
     for (int i = 0; i < 5; i++)
         if (intern(&st->vox_mode_names[i], vox_modes[i])) return -1;
     if (intern(&st->kw_streams, "streams") || intern(&st->kw_modes, "modes")) return -1;
+    if (rc_frames_init_state(st) != 0) return -1;
 #ifdef RC_WITH_CUDA
     if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
 #else
@@ -220,6 +234,7 @@ static int clear(PyObject *m) {
     for (int i = 0; i < 5; i++) Py_CLEAR(st->vox_mode_names[i]);
     Py_CLEAR(st->kw_streams);
     Py_CLEAR(st->kw_modes);
+    rc_frames_clear_state(st);
     return 0;
 }
 

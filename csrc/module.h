@@ -39,6 +39,8 @@ typedef struct {
     PyObject *vox_mode_names[5];   /* indexed by rc_vox_mode */
     /* fuse (py_fuse.c) */
     PyObject *kw_streams, *kw_modes;
+    /* gather_frames (py_frames.c): its keyword names, interned by rc_frames_init_state */
+    PyObject *frames_kw[11];
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */
@@ -81,6 +83,11 @@ extern const char rc_voxelize_doc_text[];
 PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *kwnames);
 extern const char rc_fuse_doc_text[];
+PyObject *rc_py_gather_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+extern const char rc_gather_frames_doc_text[];
+int rc_frames_init_state(rc_state *st);   /* module exec: 0, or -1 with the exception set */
+void rc_frames_clear_state(rc_state *st); /* module clear */
 
 /* ---- messages and exceptions (messages.c) ---- */
 

@@ -244,7 +244,53 @@ rc_status rc_fuse_cpu(const rc_fuse_args *args, int num_threads);
 /* CUDA (cuda/fuse.cu): ONE kernel launch for all streams on `stream`; no host sync. */
 rc_status rc_fuse_cuda(const rc_fuse_args *args, int device, void *stream);
 
+/* ---- gather_frames: sampled video frames -> a batch (decode, resize, cast, layout) ----------- */
+
+typedef enum { RC_FRAMES_RGB = 0, RC_FRAMES_YUV420 = 1 } rc_frames_format;
+typedef enum { RC_MATRIX_BT601 = 0, RC_MATRIX_BT709 = 1, RC_MATRIX_BT2020 = 2 } rc_frames_matrix;
+
+/* out[m] = frame ids[m] of storage, decoded to height x width x channels, bilinearly resized to
+ * out_height x out_width when that differs, cast to out_dtype. ids[m] < 0 writes zeros (CUDA:
+ * also ids[m] >= frames, which the CPU binding rejects). Semantics: docs/frames.md;
+ * arithmetic: frames_math.h. */
+typedef struct {
+    /* outputs */
+    void *out;                 /* [M, out_height, out_width, channels], any element strides >= 0
+                                  (planar or interleaved), dtype out_dtype; elements distinct */
+    int64_t out_stride_m, out_stride_y, out_stride_x, out_stride_c;
+    /* inputs (strides in elements) */
+    const void *storage;       /* frame f at storage + f * frame_stride, rows contiguous:
+                                  rgb [height, width, channels] of storage_dtype; yuv420 uint8
+                                  Y [height, width], U [ch, cw], V [ch, cw] back to back,
+                                  ch = (height + 1) / 2, cw = (width + 1) / 2. CUDA: a device
+                                  pointer (pinned host memory: its device alias, UVA) */
+    int64_t frame_stride;      /* elements from one frame to the next, >= 0 */
+    const int64_t *ids;        /* [M] on the device of out */
+    int64_t ids_stride;
+    /* sizes and options */
+    int64_t count;             /* M */
+    int64_t frames;            /* N, frames in storage */
+    int64_t height, width;     /* decoded frame, each in [1, 2^24] */
+    int64_t channels;          /* 1..4 (rgb), 3 (yuv420) */
+    int64_t out_height, out_width; /* each in [0, 2^24] */
+    rc_frames_format format;
+    rc_dtype storage_dtype;    /* rgb: RC_U8 or RC_F32; yuv420: RC_U8 */
+    rc_dtype out_dtype;        /* RC_U8, RC_F32, RC_F16, RC_BF16 */
+    int32_t yuv[6];            /* yuv420: rc_yuv_coeffs(matrix, full_range) (frames_math.h) */
+    float scale;               /* float out: divide by it when > 0 (0: no division) */
+} rc_frames_args;
+
+/* CPU: one parallel pass over the (m, output row) pairs. The glue has checked ids < frames. */
+rc_status rc_frames_cpu(const rc_frames_args *args, int num_threads);
+/* CUDA (cuda/frames.cu): one launch on `stream`, no host sync; bit-identical to the CPU. */
+rc_status rc_frames_cuda(const rc_frames_args *args, int device, void *stream);
+
 /* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
+/* What `ptr` is to the CUDA runtime: *kind 0 = host memory it does not know (pageable), 1 =
+ * pinned host memory (page-locked, cudaHostAlloc / cudaHostRegister), 2 = device or managed
+ * memory of device *device. For pinned memory *device_ptr is the address kernels use (the same
+ * pointer under unified addressing), NULL when no device can reach it. */
+rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_ptr, const void *ptr);
 rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 0 */
 rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);
 int rc_cuda_runtime_version(void);

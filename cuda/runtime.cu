@@ -1,5 +1,6 @@
 /* cuda/runtime.cu: facts about the CUDA runtime and devices (`python -m robocache info`,
- * robocache.build_info()), and the stream/graph plumbing the glue and the DataLoader need.
+ * robocache.build_info()), what a pointer is (pinned host or device memory: gather_frames'
+ * storage check), and the stream/graph plumbing the glue and the DataLoader need.
  * No kernels. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -68,6 +69,33 @@ extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *consum
     if (st == RC_OK && ready) st = RC_CUDA_CHECK(cudaStreamWaitEvent(c, (cudaEvent_t)ready, 0), "cudaStreamWaitEvent");
     rc_status left = guard.leave();
     return st != RC_OK ? st : left;
+}
+
+extern "C" rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_ptr,
+                                         const void *ptr) {
+    *kind = 0;
+    *device = -1;
+    *device_ptr = NULL;
+    cudaPointerAttributes attr;
+    cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
+    if (e == cudaErrorInvalidValue) { /* older runtimes: memory they never saw */
+        (void)cudaGetLastError();
+        return RC_OK;
+    }
+    rc_status st = RC_CUDA_CHECK(e, "cudaPointerGetAttributes");
+    if (st != RC_OK) return st;
+    if (attr.type == cudaMemoryTypeHost) {
+        /* pinned: with unified addressing devicePointer is ptr itself; ask anyway, a system
+         * without it maps pinned memory at another address (or not at all) */
+        *kind = 1;
+        *device = attr.device;
+        *device_ptr = attr.devicePointer;
+    } else if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
+        *kind = 2;
+        *device = attr.device;
+        *device_ptr = attr.devicePointer;
+    }
+    return RC_OK;
 }
 
 extern "C" int rc_cuda_driver_version(void) {

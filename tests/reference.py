@@ -364,3 +364,119 @@ def voxelize_ref(points, *, features=None, lengths=None, offsets=None, grid, vox
         return acc.astype(dtype), dropped
     with np.errstate(over="ignore"):
         return round_to(acc, dtype), dropped
+
+
+# ----------------------------------------------------------------------------
+# gather_frames (docs/frames.md): FFmpeg's fixed-point yuv420p -> rgb24 (derived
+# here from Kr, Kb; the C table must agree), torch's bilinear resize in float32
+# (its source coordinate rounded once, as after torch's FMA), one output conversion
+
+YUV_KR_KB = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}
+
+
+def _c_div(a: int, b: int) -> int:
+    """C integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def yuv_coeffs(matrix: str, full_range: bool) -> dict:
+    """2^-13 fixed-point coefficients: the matrix's terms scaled to limited range
+    (255/224 chroma, 255/219 luma) and rounded to 16.16, then to 2^-13."""
+    kr, kb = YUV_KR_KB[matrix]
+    kg = 1 - kr - kb
+    chroma = 255 / 224 * 65536  # 16.16 values for limited-range chroma
+    crv, cbu = round(2 * (1 - kr) * chroma), round(2 * (1 - kb) * chroma)
+    cgu, cgv = -round(2 * kb * (1 - kb) / kg * chroma), -round(2 * kr * (1 - kr) / kg * chroma)
+    cy = 1 << 16
+    if full_range:  # chroma back to full scale, truncated as C does
+        crv, cbu, cgu, cgv = (_c_div(c * 224, 255) for c in (crv, cbu, cgu, cgv))
+    else:
+        cy = cy * 255 // 219
+    q = lambda c: (c * 8192 + (1 << 15)) >> 16  # 16.16 -> 2^-13, rounded
+    return {"y": q(cy), "yoff": 0 if full_range else 128, "vr": q(crv), "ug": q(cgu), "vg": q(cgv), "ub": q(cbu)}
+
+
+def yuv420_to_rgb_ref(y, u, v, matrix="bt601", full_range=False):
+    """uint8 [H, W, 3] from I420 planes y [H, W], u and v [ceil(H/2), ceil(W/2)]:
+    each term floor((8 * sample - offset) * coefficient / 2^16), summed, clamped;
+    one chroma sample per 2x2 block."""
+    k = yuv_coeffs(matrix, full_range)
+    H, W = y.shape
+    uu = u.astype(np.int64).repeat(2, 0).repeat(2, 1)[:H, :W]
+    vv = v.astype(np.int64).repeat(2, 0).repeat(2, 1)[:H, :W]
+    hi = lambda a, c: (a * c) >> 16  # numpy shifts signed ints arithmetically: floor
+    luma = hi(y.astype(np.int64) * 8 - k["yoff"], k["y"])
+    cu, cv = (uu - 128) * 8, (vv - 128) * 8
+    rgb = np.stack([luma + hi(cv, k["vr"]), luma + hi(cu, k["ug"]) + hi(cv, k["vg"]), luma + hi(cu, k["ub"])], -1)
+    return np.clip(rgb, 0, 255).astype(np.uint8)
+
+
+def split_i420(row, height, width):
+    """(y, u, v) planes of one I420 frame stored as a flat uint8 row."""
+    ch, cw = (height + 1) // 2, (width + 1) // 2
+    row = np.asarray(row)
+    y = row[: height * width].reshape(height, width)
+    u = row[height * width: height * width + ch * cw].reshape(ch, cw)
+    v = row[height * width + ch * cw: height * width + 2 * ch * cw].reshape(ch, cw)
+    return y, u, v
+
+
+def pack_i420(y, u, v):
+    """One flat uint8 row: Y, then U, then V (the layout of format='yuv420')."""
+    return np.concatenate([np.asarray(p, np.uint8).reshape(-1) for p in (y, u, v)])
+
+
+def _axis_ref(n_in, n_out):
+    """(i0, i1, l0, l1) per output index, in float32 as torch computes them."""
+    f32 = np.float32
+    scale = f32(n_in) / f32(n_out)
+    mid = np.arange(n_out, dtype=np.float32) + f32(0.5)
+    # (mid * scale - 0.5) rounded once (torch's contracted FMA): exact in float64
+    src = (np.float64(scale) * mid.astype(np.float64) - 0.5).astype(np.float32)
+    src = np.maximum(src, f32(0))
+    i0 = np.minimum(src.astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    l1 = src - i0.astype(np.float32)
+    return i0, i1, f32(1) - l1, l1
+
+
+def resize_ref(frame, out_h, out_w):
+    """float32 [out_h, out_w, C] from a decoded float32 frame [H, W, C]:
+    l0y*(l0x*p00 + l1x*p01) + l1y*(l0x*p10 + l1x*p11), every operation in float32."""
+    H, W, _ = frame.shape
+    yi0, yi1, yl0, yl1 = _axis_ref(H, out_h)
+    xi0, xi1, xl0, xl1 = _axis_ref(W, out_w)
+    r0, r1 = frame[yi0], frame[yi1]  # [h, W, C]
+    lx0, lx1 = xl0[None, :, None], xl1[None, :, None]
+    top = lx0 * r0[:, xi0] + lx1 * r0[:, xi1]
+    bot = lx0 * r1[:, xi0] + lx1 * r1[:, xi1]
+    return yl0[:, None, None] * top + yl1[:, None, None] * bot
+
+
+def gather_frames_ref(storage, ids, out_hw, *, format, height, width, channels, out_dtype,
+                      matrix="bt601", full_range=False, scale=None):
+    """out [M, H', W', C] as numpy, following docs/frames.md: decode, resize when
+    (H', W') != (height, width), convert; ids < 0 give zeros. bfloat16 comes back
+    as float32 holding bfloat16 values."""
+    s = to_numpy(storage)
+    ids = to_numpy(ids).reshape(-1)
+    oh, ow = out_hw
+    f32 = np.float32
+    out = np.zeros((len(ids), oh, ow, channels), np.float32)
+    for m, i in enumerate(ids):
+        if i < 0:
+            continue
+        if format == "yuv420":
+            frame = yuv420_to_rgb_ref(*split_i420(s[i], height, width), matrix, full_range).astype(np.float32)
+        else:
+            frame = s[i].reshape(height, width, channels).astype(np.float32)
+        out[m] = frame if (oh, ow) == (height, width) else resize_ref(frame, oh, ow)
+    if out_dtype == "uint8":
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isnan(out), 0, np.clip(np.rint(out), 0, 255)).astype(np.uint8)
+    if scale is not None:
+        out = out / f32(scale)
+    if out_dtype == "bfloat16":
+        return bf16_round(out)
+    return out.astype(out_dtype)

@@ -118,6 +118,11 @@ class FrameStore:
         return (len(self), self.height, self.width, self.channels)
 
     @property
+    def is_cuda(self) -> bool:
+        """Whether batches and decoded frames land on a GPU (the storage may be pinned host or disk)."""
+        return self.device.type == "cuda"
+
+    @property
     def dtype(self):
         """dtype of a decoded frame (uint8 for video)."""
         return self.data.dtype

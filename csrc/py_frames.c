@@ -1,0 +1,412 @@
+/* py_frames.c: robocache._C.gather_frames: argument parsing, validation and dispatch to
+ * rc_frames_cpu / rc_frames_cuda.
+ * Shapes (elements): storage rgb [N, H, W, C] or [N, H*W*C], yuv420 [N, H*W + 2*ch*cw];
+ * ids [M] (any shape, flattened); out [M, H', W', C] with any strides.
+ * Benchmark: python benchmarks/bench_frames.py
+ */
+#include <math.h>
+#include <string.h>
+
+#include "frames_math.h"
+#include "module.h"
+
+const char rc_gather_frames_doc_text[] =
+"gather_frames(storage, ids, out, *, format, height, width, channels, matrix='bt601',\n"
+"              full_range=False, scale=None, stream=None)\n"
+"--\n"
+"\n"
+"Writes frame ids[m] of storage, decoded, resized and cast, into out[m]: one pass.\n"
+"\n"
+"Parameters\n"
+"----------\n"
+"storage : array\n"
+"    format 'rgb': [N, height, width, channels] (or [N, height*width*channels]), uint8 or\n"
+"    float32. format 'yuv420': [N, frame_bytes] uint8, each row one I420 frame (Y plane,\n"
+"    then U, then V of ((height+1)//2, (width+1)//2), no padding). Each frame's row must be\n"
+"    C-contiguous. With CUDA ids/out: on their device, or in pinned host memory (read by\n"
+"    the kernel over the bus; only the sampled frames move).\n"
+"ids : int64 array [M] (any shape, flattened), on the device of out\n"
+"    Frame of each output; ids < 0 write zeros (padding). CPU: ids >= N raise ValueError;\n"
+"    CUDA: they write zeros (checking would need a host sync).\n"
+"out : array [M, H', W', channels], uint8, float32, float16 or bfloat16, any strides\n"
+"    A permuted view of [M, C, H', W'] gives planar output. (H', W') != (height, width)\n"
+"    resizes bilinearly (torch's align_corners=False, antialias=False).\n"
+"format : {'rgb', 'yuv420'}\n"
+"height, width, channels : int\n"
+"    The decoded frame; yuv420 decodes to 3 channels.\n"
+"matrix : {'bt601', 'bt709', 'bt2020'}; full_range : bool\n"
+"    yuv420 color conversion, computed exactly as PyAV/FFmpeg's rgb24 conversion.\n"
+"scale : float, optional\n"
+"    Float out only: values are divided by it (255.0 gives 0..1 from uint8 sources).\n"
+"stream : int or stream object, optional\n"
+"    CUDA stream to run on; default: the framework's current stream.\n"
+"\n"
+"Returns\n"
+"-------\n"
+"out. See docs/frames.md for exact semantics.\n";
+
+enum { A_STORAGE, A_IDS, A_OUT, A_FORMAT, A_HEIGHT, A_WIDTH, A_CHANNELS, A_MATRIX,
+       A_FULL_RANGE, A_SCALE, A_STREAM, A_COUNT };
+
+_Static_assert(sizeof(((rc_state *)0)->frames_kw) == A_COUNT * sizeof(PyObject *),
+               "rc_state.frames_kw holds one name per argument");
+
+int rc_frames_init_state(rc_state *st) {
+    static const char *const names[A_COUNT] = {"storage", "ids", "out", "format", "height",
+                                               "width", "channels", "matrix", "full_range",
+                                               "scale", "stream"};
+    for (int i = 0; i < A_COUNT; i++) {
+        st->frames_kw[i] = PyUnicode_InternFromString(names[i]);
+        if (!st->frames_kw[i]) return -1;
+    }
+    return 0;
+}
+
+void rc_frames_clear_state(rc_state *st) {
+    for (int i = 0; i < A_COUNT; i++) Py_CLEAR(st->frames_kw[i]);
+}
+
+/* Index of obj among n ASCII names, or -1 with ValueError/TypeError naming arg and choices. */
+static int parse_choice(PyObject *obj, const char *const *names, int n, const char *arg,
+                        const char *choices) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a str (%s), got %.100s", arg, choices,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (PyUnicode_CompareWithASCIIString(obj, names[i]) == 0) return i;
+    PyErr_Format(PyExc_ValueError, "%s: expected %s, got %R", arg, choices, obj);
+    return -1;
+}
+
+/* An int argument in [lo, hi]. */
+static int parse_size(int64_t *v, PyObject *obj, const char *arg, int64_t lo, int64_t hi) {
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s: expected an int in [%lld, %lld], got %R", arg,
+                     (long long)lo, (long long)hi, obj);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* out's strides reach every element once: sorted by stride, each dim steps over the whole
+ * extent of the smaller ones. (Stricter than injective, which nobody builds on purpose.) */
+static int distinct_elements(const rc_tensor *v) {
+    int order[RC_MAX_DIMS], n = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->shape[d] == 0) return 1;
+        if (v->shape[d] > 1) order[n++] = d;
+    }
+    for (int i = 1; i < n; i++) /* insertion sort by stride: at most 4 dims */
+        for (int j = i; j > 0 && v->strides[order[j]] < v->strides[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t extent = 1; /* elements spanned by the dims so far */
+    for (int i = 0; i < n; i++) {
+        const int d = order[i];
+        if (v->strides[d] < extent) return 0;
+        extent = v->strides[d] * (v->shape[d] - 1) + extent; /* no overflow: view_from_dl */
+    }
+    return 1;
+}
+
+/* Storage on the CPU used by a CUDA call: it must be pinned, and the kernel reads it through
+ * the address the device sees. */
+static int pinned_storage(rc_state *st, const void **dev_ptr, const void *ptr, int device) {
+#ifdef RC_WITH_CUDA
+    int kind = 0, where = -1;
+    void *alias = NULL;
+    rc_status status = rc_cuda_pointer_kind(&kind, &where, &alias, ptr);
+    if (status != RC_OK) {
+        rc_raise_status(st, status);
+        return -1;
+    }
+    if (kind == 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "storage is pageable host memory; pin it (tensor.pin_memory(), or "
+                     "allocate it with pin_memory=True) or move it to cuda:%d: the kernel reads "
+                     "host frames directly over the bus, which only pinned memory allows",
+                     device);
+        return -1;
+    }
+    if (kind == 2 && where != device) {
+        PyErr_Format(PyExc_ValueError, "storage is memory of cuda:%d but ids and out are on "
+                     "cuda:%d", where, device);
+        return -1;
+    }
+    if (!alias) {
+        PyErr_Format(PyExc_ValueError, "storage: this pinned host memory is not mapped into "
+                     "cuda:%d's address space (allocate it with torch's pin_memory, or "
+                     "cudaHostAlloc with cudaHostAllocMapped)", device);
+        return -1;
+    }
+    *dev_ptr = alias;
+    return 0;
+#else
+    (void)dev_ptr;
+    (void)ptr;
+    rc_no_cuda_error(st, "ids", device);
+    return -1;
+#endif
+}
+
+/* Checks storage against format/height/width/channels and fills the storage fields of fa. */
+static int check_storage(rc_frames_args *fa, const rc_tensor *s) {
+    char buf[160];
+    const int64_t H = fa->height, W = fa->width, C = fa->channels;
+    const int64_t row = fa->format == RC_FRAMES_YUV420
+                            ? H * W + 2 * ((H + 1) / 2) * ((W + 1) / 2) : H * W * C;
+    if (fa->format == RC_FRAMES_YUV420) {
+        if (s->dtype != RC_U8) {
+            PyErr_Format(PyExc_TypeError, "storage: format 'yuv420' needs uint8 planes, got %s",
+                         rc_dtype_name(s->dtype));
+            return -1;
+        }
+        if (s->ndim != 2 || s->shape[1] != row) {
+            PyErr_Format(PyExc_ValueError,
+                         "storage: format 'yuv420' with height %lld, width %lld expects [N, %lld] "
+                         "(Y %lldx%lld, then U and V %lldx%lld), got shape %s",
+                         (long long)H, (long long)W, (long long)row, (long long)H, (long long)W,
+                         (long long)((H + 1) / 2), (long long)((W + 1) / 2),
+                         rc_dims_str(buf, sizeof buf, s->ndim, s->shape));
+            return -1;
+        }
+    } else {
+        if (s->dtype != RC_U8 && s->dtype != RC_F32) {
+            PyErr_Format(PyExc_TypeError, "storage: format 'rgb' needs uint8 or float32, got %s",
+                         rc_dtype_name(s->dtype));
+            return -1;
+        }
+        const int frames4 = s->ndim == 4 && s->shape[1] == H && s->shape[2] == W &&
+                            s->shape[3] == C;
+        const int frames2 = s->ndim == 2 && s->shape[1] == row;
+        if (!frames4 && !frames2) {
+            PyErr_Format(PyExc_ValueError,
+                         "storage: format 'rgb' with height %lld, width %lld, channels %lld "
+                         "expects [N, %lld, %lld, %lld] or [N, %lld], got shape %s",
+                         (long long)H, (long long)W, (long long)C, (long long)H, (long long)W,
+                         (long long)C, (long long)row,
+                         rc_dims_str(buf, sizeof buf, s->ndim, s->shape));
+            return -1;
+        }
+    }
+    int64_t count, stride;
+    if (!rc_flatten_trailing(&count, &stride, s, 1) || (count > 1 && stride != 1)) {
+        PyErr_Format(PyExc_ValueError,
+                     "storage: each frame must be C-contiguous (strides %s); the kernel reads "
+                     "whole rows",
+                     rc_dims_str(buf, sizeof buf, s->ndim, s->strides));
+        return -1;
+    }
+    if (s->shape[0] > 1 && s->strides[0] < 0) {
+        PyErr_SetString(PyExc_ValueError, "storage: negative frame stride");
+        return -1;
+    }
+    fa->storage = s->data;
+    fa->frames = s->shape[0];
+    fa->frame_stride = s->shape[0] > 1 ? s->strides[0] : 0;
+    fa->storage_dtype = s->dtype;
+    return 0;
+}
+
+/* Checks out [M, H', W', C] and fills the out fields of fa. */
+static int check_out(rc_frames_args *fa, const rc_tensor *o) {
+    char buf[160];
+    if (o->dtype != RC_U8 && o->dtype != RC_F32 && o->dtype != RC_F16 && o->dtype != RC_BF16) {
+        PyErr_Format(PyExc_TypeError, "out: expected uint8, float32, float16 or bfloat16, got %s",
+                     rc_dtype_name(o->dtype));
+        return -1;
+    }
+    if (o->ndim != 4 || o->shape[0] != fa->count || o->shape[3] != fa->channels) {
+        PyErr_Format(PyExc_ValueError,
+                     "out: expected [M, H', W', C] with M = %lld (ids) and C = %lld (channels), "
+                     "got shape %s (planar output: pass a permuted view of [M, C, H', W'])",
+                     (long long)fa->count, (long long)fa->channels,
+                     rc_dims_str(buf, sizeof buf, o->ndim, o->shape));
+        return -1;
+    }
+    if (o->shape[1] > (1 << 24) || o->shape[2] > (1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "out: %lld x %lld frames are too large (max 2^24 a side)",
+                     (long long)o->shape[1], (long long)o->shape[2]);
+        return -1;
+    }
+    for (int d = 0; d < 4; d++)
+        if (o->shape[d] > 1 && o->strides[d] < 0) {
+            PyErr_Format(PyExc_ValueError, "out: negative strides are not supported (strides %s)",
+                         rc_dims_str(buf, sizeof buf, o->ndim, o->strides));
+            return -1;
+        }
+    if (!distinct_elements(o)) {
+        PyErr_Format(PyExc_ValueError,
+                     "out: strides %s make elements overlap; pass an array with distinct "
+                     "elements",
+                     rc_dims_str(buf, sizeof buf, o->ndim, o->strides));
+        return -1;
+    }
+    fa->out = o->data;
+    fa->out_stride_m = o->strides[0];
+    fa->out_stride_y = o->strides[1];
+    fa->out_stride_x = o->strides[2];
+    fa->out_stride_c = o->strides[3];
+    fa->out_height = o->shape[1];
+    fa->out_width = o->shape[2];
+    fa->out_dtype = o->dtype;
+    return 0;
+}
+
+PyObject *rc_py_gather_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames) {
+    rc_state *st = rc_get_state(module);
+    PyObject *a_[A_COUNT];
+    static const int required[] = {A_STORAGE, A_IDS, A_OUT, A_FORMAT, A_HEIGHT, A_WIDTH,
+                                   A_CHANNELS};
+    static const rc_signature sig = {"gather_frames", "storage, ids, out", 3, required, 7};
+    if (rc_parse_slots(a_, st->frames_kw, A_COUNT, &sig, args, nargs, kwnames) != 0) return NULL;
+
+    /* ---- options ---- */
+    rc_frames_args fa;
+    memset(&fa, 0, sizeof fa);
+    static const char *const formats[] = {"rgb", "yuv420"};
+    static const char *const matrices[] = {"bt601", "bt709", "bt2020"};
+    int format = parse_choice(a_[A_FORMAT], formats, 2, "format", "'rgb' or 'yuv420'");
+    if (format < 0) return NULL;
+    fa.format = (rc_frames_format)format;
+    int matrix = RC_MATRIX_BT601, full_range;
+    if (!rc_is_none(a_[A_MATRIX])) {
+        matrix = parse_choice(a_[A_MATRIX], matrices, 3, "matrix", "'bt601', 'bt709' or 'bt2020'");
+        if (matrix < 0) return NULL;
+    }
+    if (rc_parse_flag(&full_range, a_[A_FULL_RANGE], 0) != 0) return NULL;
+    rc_yuv_coeffs(fa.yuv, matrix, full_range);
+    /* 2^24: row and column indices are exact in the float32 resize arithmetic */
+    if (parse_size(&fa.height, a_[A_HEIGHT], "height", 1, 1 << 24) ||
+        parse_size(&fa.width, a_[A_WIDTH], "width", 1, 1 << 24) ||
+        parse_size(&fa.channels, a_[A_CHANNELS], "channels", 1, 4))
+        return NULL;
+    if (fa.format == RC_FRAMES_YUV420 && fa.channels != 3) {
+        PyErr_Format(PyExc_ValueError, "channels: format 'yuv420' decodes to 3 (RGB), got %lld",
+                     (long long)fa.channels);
+        return NULL;
+    }
+    if (!rc_is_none(a_[A_SCALE])) {
+        if (!PyFloat_Check(a_[A_SCALE]) && !PyLong_Check(a_[A_SCALE])) {
+            PyErr_Format(PyExc_TypeError, "scale: expected a number, got %.100s",
+                         Py_TYPE(a_[A_SCALE])->tp_name);
+            return NULL;
+        }
+        double s = PyFloat_AsDouble(a_[A_SCALE]);
+        if (s == -1.0 && PyErr_Occurred()) return NULL;
+        if (!(s > 0.0) || !isfinite(s) || !((float)s > 0.0f) || !isfinite((float)s)) {
+            PyErr_Format(PyExc_ValueError, "scale: expected a finite number > 0, got %R",
+                         a_[A_SCALE]);
+            return NULL;
+        }
+        fa.scale = (float)s;
+    }
+
+    rc_call call, scall; /* storage has a call of its own: it may be pinned host memory */
+    rc_call_init(&call, st, a_[A_STREAM]);
+    rc_call_init(&scall, st, a_[A_STREAM]);
+    rc_tensor ids, out, storage;
+
+    /* ---- ids and out: the call's device ---- */
+    if (rc_import_array(&call, &ids, a_[A_IDS], "ids", 0) != 0) goto fail;
+    if (rc_expect_dtype(&ids, RC_I64, "ids")) goto fail;
+    if (!rc_flatten_trailing(&fa.count, &fa.ids_stride, &ids, 0)) {
+        if (rc_import_contiguous(&call, &ids, a_[A_IDS], "ids") != 0) goto fail;
+        rc_flatten_trailing(&fa.count, &fa.ids_stride, &ids, 0);
+    }
+    fa.ids = (const int64_t *)ids.data;
+    if (rc_import_array(&call, &out, a_[A_OUT], "out", 1) != 0) goto fail;
+    if (rc_expect_no_alias(&call, "out")) goto fail;
+    if (check_out(&fa, &out) != 0) goto fail;
+    if (fa.scale > 0.0f && fa.out_dtype == RC_U8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "scale: only for float out; uint8 out takes the values unscaled");
+        goto fail;
+    }
+
+    /* ---- storage ---- */
+    if (rc_import_array(&scall, &storage, a_[A_STORAGE], "storage", 0) != 0) goto fail;
+    if (check_storage(&fa, &storage) != 0) goto fail;
+    {
+        const rc_import *so = &scall.imports[scall.n_imports - 1];
+        const rc_import *oo = &call.imports[call.n_imports - 1];
+        if (so->lo < oo->hi && oo->lo < so->hi) {
+            PyErr_SetString(PyExc_ValueError,
+                            "out overlaps the memory of storage; robocache reads its inputs "
+                            "while it writes out, so it cannot compute in place (pass a "
+                            "separate array)");
+            goto fail;
+        }
+    }
+    const int on_cuda = call.device_type == RC_DEVICE_CUDA;
+    if (storage.device_type == RC_DEVICE_CUDA &&
+        (!on_cuda || storage.device_id != call.device_id)) {
+        PyErr_Format(PyExc_ValueError, "storage is on cuda:%d but ids and out are on %s:%d",
+                     storage.device_id, on_cuda ? "cuda" : "cpu", call.device_id);
+        goto fail;
+    }
+    const int64_t M = fa.count;
+    if (on_cuda && storage.device_type == RC_DEVICE_CPU && fa.frames > 0 && M > 0 &&
+        pinned_storage(st, &fa.storage, storage.data, call.device_id) != 0)
+        goto fail;
+#ifndef RC_WITH_CUDA
+    if (on_cuda) {
+        rc_no_cuda_error(st, "ids", call.device_id);
+        goto fail;
+    }
+#endif
+
+    /* ---- content (CPU: cheap next to the work) and dispatch ---- */
+    rc_status status = RC_OK;
+    if (!on_cuda) {
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t id = fa.ids[m * fa.ids_stride];
+            if (id >= fa.frames) {
+                PyErr_Format(PyExc_ValueError,
+                             "ids[%lld] = %lld is out of range for storage of %lld frames (ids < "
+                             "0 mean padding)",
+                             (long long)m, (long long)id, (long long)fa.frames);
+                goto fail;
+            }
+        }
+        int nt = st->num_threads;
+        Py_BEGIN_ALLOW_THREADS
+        status = rc_frames_cpu(&fa, nt);
+        Py_END_ALLOW_THREADS
+    } else {
+#ifdef RC_WITH_CUDA
+        void *stream;
+        if (rc_call_stream(&call, &stream) != 0) goto fail;
+        if (M > 0 && fa.out_height > 0 && fa.out_width > 0) {
+            Py_BEGIN_ALLOW_THREADS
+            status = rc_frames_cuda(&fa, call.device_id, stream);
+            Py_END_ALLOW_THREADS
+        }
+#endif
+    }
+    if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
+
+    rc_call_release(&scall);
+    rc_call_release(&call);
+    Py_INCREF(a_[A_OUT]);
+    return a_[A_OUT];
+
+fail:
+    rc_call_release(&scall);
+    rc_call_release(&call);
+    return NULL;
+}

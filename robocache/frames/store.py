@@ -98,7 +98,8 @@ class FrameStore:
             del mm
             data = _from_map(np.load(path, mmap_mode="r"))
         elif tier == "host":
-            data = torch.from_numpy(a).pin_memory() if torch.cuda.is_available() else torch.from_numpy(a.copy())
+            from .pinned import pin
+            data = pin(torch.from_numpy(a))
         elif tier in ("device", "cpu"):
             data = torch.from_numpy(a).to(device)
             tier = "cpu" if device.type == "cpu" else "device"
@@ -232,7 +233,8 @@ class FrameStore:
         idx = torch.from_numpy(rows).to(self.data.device)
         data = self.data.index_select(0, idx) if rows.size else self.data[:0].clone()
         if self.tier == "host" and self.data.is_pinned():
-            data = data.pin_memory()
+            from .pinned import pin
+            data = pin(data)
         return FrameStore(data, tier=self.tier, **kw)
 
     def to(self, device) -> "FrameStore":
@@ -251,7 +253,8 @@ class FrameStore:
             return FrameStore(data, tier=tier, device=device, rows=rows, **kw)
         data = self.data
         if self.tier == "host" and device.type == "cuda" and not data.is_pinned():
-            data = data.pin_memory()
+            from .pinned import pin
+            data = pin(data)
         return FrameStore(data, tier=self.tier, device=device, rows=rows, **kw)
 
 

@@ -29,7 +29,8 @@ def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", d
     for k, paths in videos.items():
         spec, counts, _ = probed[k]
         tier = tiers[k]
-        got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier, device=device, resize=resize,
+        got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,
+                            device=device if tier == "device" else None, resize=resize,
                             backend=backend, cache=cache, workers=workers, show_progress=show_progress,
                             desc=f"decoding {k}", spec=spec, counts=counts)
         store = FrameStore(got.data, format=spec.format, height=spec.height, width=spec.width,

@@ -78,12 +78,32 @@ def _version(info: dict, path: Path) -> int:
 
 
 def _feature_names(feature: dict, dim: int | None):
+    """The per-feature names of a LeRobot feature, in the forms LeRobot's ``info.json`` writes them:
+    a flat list (``["x", "y"]``), a nested list (``[["x", "y"]]``, one list per feature axis of a
+    ``[1, D]``-style shape, concatenated) or a dict of groups (``{"motors": [...]}``, or several
+    groups ``{"arm": [...], "gripper": [...]}`` concatenated in the file's order). None when there are
+    none, when they are not strings, or when their count differs from ``dim`` (image features name their
+    axes, ``["height", "width", "channel"]``: not features)."""
     names = feature.get("names")
-    if isinstance(names, dict) and len(names) == 1:  # {"motors": [...]}
-        names = next(iter(names.values()))
-    if isinstance(names, list) and all(isinstance(n, str) for n in names) and (dim is None or len(names) == dim):
-        return list(names)
-    return None
+
+    def flat(x):
+        if isinstance(x, str):
+            return [x]
+        if isinstance(x, dict):
+            return [n for v in x.values() for n in flat(v)]
+        if isinstance(x, (list, tuple)):
+            return [n for v in x for n in flat(v)]
+        raise TypeError(type(x).__name__)
+
+    if not isinstance(names, (list, tuple, dict)) or not names:
+        return None
+    try:
+        out = flat(names)
+    except TypeError:                     # numbers, null: not names
+        return None
+    if not out or (dim is not None and len(out) != dim):
+        return None
+    return out
 
 
 def read_stats(root: Path) -> dict:
@@ -212,7 +232,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
                  episodes=None, modality_subkeys: bool = True, video_timestamps: str = "pts",
                  annotations: str = "text",
                  show_progress: bool | None = None, max_workers: int | None = None,
-                 video_sources: bool = False) -> Episodes:
+                 video_sources: bool = False, missing_files: str = "error") -> Episodes:
     """Read a LeRobot v2.x/v3.0 dataset (optionally GR00T-flavoured) into memory.
 
     See ``robocache.Dataset.from_lerobot`` for the parameters; this returns the ``Episodes``
@@ -274,6 +294,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
             raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")
     if not selected:
         raise ReaderError(f"{root}: the dataset lists no episodes")
+    selected = _present(root, info, table, selected, major, chunks_size, load_video, missing_files)
 
     # --- tabular data: one parquet read per file, in threads (pyarrow releases the GIL)
     files = sorted({table[e]["data"] for e in selected})
@@ -316,7 +337,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
             kinds.setdefault(name, infer_kind(values))
             rates.setdefault(name, fps)
             if name not in names:
-                names[name] = _feature_names(feat, values.shape[1] if values.ndim == 2 else None)
+                names[name] = _feature_names(feat, int(np.prod(values.shape[1:])))
         out_eps.append(streams)
         tasks.append(table[e]["tasks"])
 
@@ -446,6 +467,42 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
         extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
                "video_backend": decoded_with, "skipped_videos": skipped, "fps": fps, "videos": sources,
                "task_table": _task_table(root, major), "files": [str(table[e]["data"]) for e in selected]})
+
+
+def _present(root: Path, info: dict, table: dict, selected: list, major: int, chunks_size: int, load_video: bool,
+             missing_files: str) -> list:
+    """The selected episodes whose data (and, with videos, video) files exist. Sets published partly (meta
+    lists more episodes than the files hold) load with ``episodes=`` or ``missing_files="skip"``."""
+    if missing_files not in ("error", "skip"):
+        raise ValueError(f"missing_files must be 'error' or 'skip', got {missing_files!r}")
+    videos = [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"] if load_video else []
+    tmpl = info.get("video_path")
+    vpath = lambda e, k: root / tmpl.format(episode_chunk=e // chunks_size, video_key=k, episode_index=e)
+    if videos and tmpl and major == 2:
+        # a key with no file at all is skipped with a warning later (a feature listed but not shipped)
+        videos = [k for k in videos if any(vpath(e, k).is_file() for e in selected)]
+    lost = {}
+    for e in selected:
+        files = [table[e]["data"]]
+        if videos and tmpl and major == 2:
+            files += [vpath(e, k) for k in videos]
+        gone = [f for f in files if not Path(f).is_file()]
+        if gone:
+            lost[e] = gone[0]
+    if not lost:
+        return selected
+    keep = [e for e in selected if e not in lost]
+    first = next(iter(lost.values()))
+    if missing_files == "skip":
+        if not keep:
+            raise ReaderError(f"{first}: file not found; none of the {len(selected)} selected episodes has its files")
+        warnings.warn(f"{root}: skipping {len(lost)} of {len(selected)} episodes whose files are missing "
+                      f"(first: {first})", stacklevel=3)
+        return keep
+    shown = f"{keep[:20]}" + ("..." if len(keep) > 20 else "")
+    raise ReaderError(f"{first}: file not found ({len(lost)} of {len(selected)} episodes lack their files, e.g. "
+                      f"episodes {sorted(lost)[:5]}); load the {len(keep)} present ones with episodes={shown}, "
+                      f"or pass missing_files='skip' to skip the others with a warning")
 
 
 def _task_table(root: Path, major: int) -> dict[int, str]:

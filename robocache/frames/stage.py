@@ -13,6 +13,27 @@ import numpy as np
 
 
 
+_POOL = None
+# frames per task: a cold frame is a page-in from the disk, so several in flight keep the device busy
+# (NVMe queues), while a warm one is a memcpy of ~0.5 MB that is not worth a thread hop alone
+_PER_TASK = 8
+
+
+def _take(src, rows, out):
+    """``out[:] = src[rows]`` with the rows split over a thread pool (numpy releases the GIL in take)."""
+    global _POOL
+    n = len(rows)
+    if n <= _PER_TASK:
+        np.take(src, rows, axis=0, out=out)
+        return
+    if _POOL is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="robocache-stage")
+    parts = [(a, min(n, a + _PER_TASK)) for a in range(0, n, _PER_TASK)]
+    list(_POOL.map(lambda ab: np.take(src, rows[ab[0]:ab[1]], axis=0, out=out[ab[0]:ab[1]]), parts))
+
+
 def gather_disk(store, view, ids, scale, host_ids=None):
     import torch
     from .._C import gather_frames as _gather_frames
@@ -29,7 +50,7 @@ def gather_disk(store, view, ids, scale, host_ids=None):
     uniq, inverse = np.unique(rows, return_inverse=True)
     src = store.data.numpy()
     staging = torch.empty((len(uniq),) + tuple(store.data.shape[1:]), dtype=store.data.dtype, pin_memory=True)
-    np.take(src, uniq, axis=0, out=staging.numpy())
+    _take(src, uniq, staging.numpy())
     if not len(uniq):                      # only padded steps: zero frames, no kernel on an empty store
         view.zero_()
         return

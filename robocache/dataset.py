@@ -26,7 +26,7 @@ import numpy as np
 from ._C import resample as _resample
 from .frames.store import FrameStore
 
-__all__ = ["Dataset", "Episode", "PointClouds", "Stream"]
+__all__ = ["Dataset", "Episode", "FramesView", "PointClouds", "Stream"]
 
 KINDS = ("continuous", "discrete", "image", "pointcloud", "text")
 MODES = ("linear", "nearest", "previous", "next", "slerp")
@@ -177,7 +177,9 @@ class Stream:
         self.name = name
         self.kind = kind
         self.mode = mode
-        if kind == "image" and not isinstance(values, FrameStore):
+        if (kind == "image" and not isinstance(values, FrameStore)
+                and (values.dim() == 3 or (values.dim() == 4 and 1 <= values.shape[-1] <= 4))):
+            # frames [H, W, C] go to frame storage; other "images" (channel-first, stacks) stay values
             values = FrameStore.from_rgb(values)
         self.values = values
         self.times = times
@@ -492,8 +494,9 @@ class Stream:
 
 @dataclass
 class Episode:
-    """Metadata of one episode: ``length`` counts the samples of the dataset's anchor stream
-    (its first stream), ``lengths`` those of every stream."""
+    """Metadata of one episode: ``index`` is the source's number for it (LeRobot ``episode_index``; kept
+    by ``subset`` and ``from_lerobot(episodes=...)``), ``length`` counts the samples of the dataset's anchor
+    stream (its first stream), ``lengths`` those of every stream."""
 
     index: int
     length: int
@@ -542,12 +545,14 @@ class _Loader:
         self.device = dev
         self.source = source if source is not None else "Dataset.from_episodes"
         self.validate = validate
+        self.episode_ids = None   # the source's episode numbers (from_episodes(episode_index=)), for messages
         for opt, d in (("kinds", self.kinds), ("modes", self.modes), ("rates", self.rates), ("stats", self.stats),
                        ("feature_names", self.feature_names)):
             if not isinstance(d, dict):
                 raise TypeError(f"{opt} must be a dict stream name -> value, got {type(d).__name__}")
 
     def where(self, e, name) -> str:
+        e = self.episode_ids[e] if self.episode_ids is not None else e
         return f"{self.source}: episode {e}, stream {name!r}"
 
     # --- parse -------------------------------------------------------------------------
@@ -867,7 +872,10 @@ class Dataset:
         In the order they first appear; the first is the ``anchor``.
     episodes : list[Episode]
     tasks : list[str]
-        The distinct task strings over all episodes, in first-seen order.
+        The distinct task strings over all episodes, in first-seen order; a LeRobot dataset's are its
+        task table in ``task_index`` order (``meta/tasks``), so an index into ``ds.tasks`` is LeRobot's
+        ``task_index``. ``subset`` and ``to`` keep the list whole: a task's index is the same in every
+        subset and shard (a sample's ``task_index`` in batches and ``ds[i]``).
     device : torch.device
     time_origin_ns : int or None
         When times were given as int64 nanoseconds, the smallest of them: stored times are
@@ -876,13 +884,15 @@ class Dataset:
     """
 
     def __init__(self, streams: Mapping[str, Stream], episodes: Sequence[Episode], *, device,
-                 time_origin_ns: int | None = None, source: str | None = None):
+                 time_origin_ns: int | None = None, source: str | None = None, tasks: Sequence[str] | None = None):
         self.streams = dict(streams)
         self.episodes = list(episodes)
         self.device = device
         self.time_origin_ns = time_origin_ns
         self.source = source
-        self.tasks = list(dict.fromkeys(t for ep in self.episodes for t in ep.tasks))
+        # `tasks` given: the source's task table or a parent's list (subset, to), so a task's index stays
+        # the same in every subset and shard; the episodes' own tasks follow in first-seen order
+        self.tasks = list(dict.fromkeys([*(tasks or ()), *(t for ep in self.episodes for t in ep.tasks)]))
 
     # --- construction --------------------------------------------------------------------
 
@@ -892,7 +902,8 @@ class Dataset:
                       tasks: Sequence | None = None, stats: Mapping[str, Mapping] | None = None,
                       feature_names: Mapping[str, Sequence[str]] | None = None, device=None,
                       source: str | None = None, validate: bool = True,
-                      frames: Mapping[str, tuple] | None = None) -> "Dataset":
+                      frames: Mapping[str, tuple] | None = None,
+                      episode_index: Sequence[int] | None = None) -> "Dataset":
         """Build a Dataset from in-memory episodes.
 
         Parameters
@@ -923,12 +934,23 @@ class Dataset:
             Image streams whose frames are already in a :class:`robocache.frames.FrameStore` (e.g. video
             decoded by ``robocache.frames.load_videos`` into the tier a memory plan chose): stream name ->
             ``(store, [frame times per episode])``, the store's rows being every episode's frames in order.
+        episode_index : list of int, optional
+            The source's own number of each episode (LeRobot ``episode_index``), kept as ``Episode.index``
+            and ``ds.episode_index`` and shown in repr, plots, batches and errors; default ``0 .. E-1``.
+            Methods that take an episode (``ds.episode(e)``, ``resample``, ``subset``) take its position
+            ``0 .. E-1``; ``ds.position(n)`` maps a source number to it.
 
         Raises
         ------
         ImportError without torch; TypeError/ValueError naming source, episode, stream and index.
         """
         loader = _Loader(episodes, kinds, modes, rates, stats, feature_names, device, source, validate, frames)
+        if episode_index is not None:
+            ids = [int(i) for i in episode_index]
+            if len(ids) != len(loader.episodes) or any(i != x for i, x in zip(ids, episode_index)):
+                raise ValueError(f"{loader.source}: episode_index must hold one integer per episode "
+                                 f"({len(loader.episodes)}), got {list(episode_index)[:8]}")
+            loader.episode_ids = ids
         streams, origin = loader.run()
         E = len(loader.episodes)
         if tasks is None:
@@ -942,20 +964,32 @@ class Dataset:
         eps = []
         for e in range(E):
             lengths = {n: int(s.lengths[e]) for n, s in streams.items()}
-            eps.append(Episode(index=e, length=lengths[anchor] if anchor else 0, lengths=lengths, tasks=tasks[e]))
+            eps.append(Episode(index=loader.episode_ids[e] if loader.episode_ids is not None else e,
+                               length=lengths[anchor] if anchor else 0, lengths=lengths, tasks=tasks[e]))
         return cls(streams, eps, device=loader.device, time_origin_ns=origin, source=source)
 
     @classmethod
     def _from_read(cls, eps, device, validate: bool) -> "Dataset":
         """A Dataset from a reader's ``Episodes`` (readers return plain episode data)."""
-        return cls.from_episodes(eps.episodes, device=device, validate=validate, **eps.kwargs())
+        return cls._with_task_table(cls.from_episodes(eps.episodes, device=device, validate=validate,
+                                                      episode_index=eps.extra.get("episode_index"),
+                                                      **eps.kwargs()), eps)
+
+    @staticmethod
+    def _with_task_table(ds: "Dataset", eps) -> "Dataset":
+        """``ds.tasks`` led by the source's task table (LeRobot ``meta/tasks``: task_index -> text) in
+        index order, so a task's index is the source's ``task_index`` whatever episodes were loaded."""
+        table = eps.extra.get("task_table") or {}
+        if table and sorted(table) == list(range(len(table))):
+            ds.tasks = list(dict.fromkeys([*(table[k] for k in range(len(table))), *ds.tasks]))
+        return ds
 
     @classmethod
     def from_lerobot(cls, path, *, load_video: bool = True, video_resize=None, video_backend: str = "auto",
                      episodes=None, device=None, modality_subkeys: bool = True, annotations: str = "text",
                      video_timestamps: str = "pts", show_progress: bool | None = None, max_workers: int | None = None,
                      validate: bool = True, frames="auto", device_memory: int | None = None,
-                     host_memory: int | None = None, cache: bool = True) -> "Dataset":
+                     host_memory: int | None = None, cache: bool = True, missing_files: str = "error") -> "Dataset":
         """Load a LeRobot v2.0/v2.1/v3.0 dataset folder (GR00T flavour included) as a Dataset.
 
         Parameters
@@ -971,7 +1005,9 @@ class Dataset:
         video_backend : "auto", "pyav", "opencv" or "torchvision"
             "auto" takes PyAV, else OpenCV, else torchvision.io.
         episodes : list of int, optional
-            Episode indices (``episode_index``) to load; default all.
+            Episode indices (``episode_index``) to load; default all. They stay the episodes' numbers
+            (``Episode.index``, ``ds.episode_index``, repr, plots, batches' ``episode_index``): ``episodes=[1, 2]``
+            gives episodes 1 and 2 at positions 0 and 1 (``ds.position(2) == 1``), as ``ds.subset([1, 2])`` does.
         device : optional
             Where the Dataset lives (default: cuda when available).
         modality_subkeys : bool
@@ -992,6 +1028,9 @@ class Dataset:
             then host RAM, then disk; batches are identical whatever the tier.
         device_memory, host_memory : int, optional
             Budgets in bytes for the plan (defaults: 25% of the GPU's free memory, 50% of available RAM).
+        missing_files : "error" or "skip"
+            Episodes whose data or video files are missing (a set published in part): an error that names
+            the present episodes to pass as ``episodes=``, or "skip" them with a warning.
         cache : bool
             Keep decoded frames in the cache (``ROBOCACHE_CACHE_DIR``, ``~/.cache/robocache``) and map
             them on the next load instead of decoding.
@@ -1002,7 +1041,7 @@ class Dataset:
         from .readers import read_lerobot
         kw = dict(load_video=load_video, video_resize=video_resize, video_backend=video_backend, episodes=episodes,
                   modality_subkeys=modality_subkeys, annotations=annotations, video_timestamps=video_timestamps,
-                  show_progress=show_progress, max_workers=max_workers)
+                  show_progress=show_progress, max_workers=max_workers, missing_files=missing_files)
         try:
             eps = read_lerobot(path, video_sources=load_video, **kw)
         except NotImplementedError:        # LeRobot v3.0: many episodes per video file, decoded to RGB
@@ -1033,7 +1072,9 @@ class Dataset:
                 elif len(t) != rows:
                     warnings.warn(f"{where}: {len(t)} video frames for {rows} parquet rows", stacklevel=2)
             stored[k] = (store, times)
-        return cls.from_episodes(eps.episodes, device=dev, validate=validate, frames=stored, **eps.kwargs())
+        return cls._with_task_table(cls.from_episodes(eps.episodes, device=dev, validate=validate, frames=stored,
+                                                      episode_index=eps.extra.get("episode_index"),
+                                                      **eps.kwargs()), eps)
 
     @classmethod
     def from_robomimic(cls, path, obs_keys=None, filter_key: str | None = None, rate: float | None = None, *,
@@ -1152,7 +1193,99 @@ class Dataset:
 
     @property
     def num_frames(self) -> int:
+        """Samples of the anchor stream over all episodes: what ``ds[i]`` indexes (LeRobotDataset's
+        ``num_frames``, its ``len``)."""
         return self.streams[self.anchor].num_samples if self.streams else 0
+
+    @property
+    def num_episodes(self) -> int:
+        """The number of episodes, ``len(ds)`` (LeRobotDataset's ``num_episodes``)."""
+        return len(self.episodes)
+
+    @property
+    def episode_index(self) -> np.ndarray:
+        """The source's number of each episode by position, int64 numpy ``[E]`` (``Episode.index``):
+        ``from_lerobot(path, episodes=[1, 2])`` and ``ds.subset([1, 2])`` both give ``[1, 2]``. Methods
+        taking an episode (``episode``, ``resample``, ``subset``, ``robocache.viz``) take positions;
+        ``position(n)`` maps a source number back."""
+        return np.array([ep.index for ep in self.episodes], dtype=np.int64)
+
+    def position(self, episode_index: int) -> int:
+        """The position (``0 .. len(ds)-1``) of the episode the source numbers ``episode_index``."""
+        hit = np.flatnonzero(self.episode_index == int(episode_index))
+        if not hit.size:
+            ids = self.episode_index
+            shown = ", ".join(map(str, ids[:10])) + (", ..." if ids.size > 10 else "")
+            raise ValueError(f"no episode numbered {episode_index} in this dataset; its episodes are [{shown}] "
+                             f"(ds.episode_index)")
+        return int(hit[0])
+
+    def _task_index(self) -> np.ndarray:
+        """Per episode position, the index in ``ds.tasks`` of its first task, -1 when it has none
+        (int64 numpy ``[E]``): a sample's ``task_index``."""
+        pos = {t: k for k, t in enumerate(self.tasks)}
+        return np.array([pos[ep.tasks[0]] if ep.tasks else -1 for ep in self.episodes], dtype=np.int64)
+
+    # --- map-style access: one frame, as LeRobotDataset's ds[i] ------------------------------
+
+    def __getitem__(self, i) -> dict:
+        """Frame ``i`` of the anchor stream (``0 <= i < ds.num_frames``, LeRobot's global frame index;
+        negative counts from the end) as a dict, as ``LeRobotDataset[i]``:
+
+        - every stream's value at that frame's time (``resample`` with the stream's mode): a tensor of the
+          per-sample shape on the dataset's device (images ``[H, W, C]`` as stored, uint8), the text of a
+          text stream, the ``[P, C]`` points of a point-cloud stream; outside a stream's span its
+          first/last value (resample's edge rule);
+        - ``episode_index`` (the source's number), ``frame_index`` (within the episode), ``index``
+          (``i``), ``task_index`` (into ``ds.tasks``, -1 when none) as 0-d int64 CPU tensors,
+          ``timestamp`` (the frame's time, 0-d float64 on the device) and ``task`` (str, "" when none).
+          A stream of the same name (LeRobot's own ``task_index`` column) takes precedence.
+
+        For inspection and porting: one small resample launch per stream (text and point-cloud streams
+        read their pick back to the host). Training batches come from ``robocache.DataLoader``.
+        ``len(ds)`` stays the number of episodes; ``ds.frames_view`` has ``len == num_frames`` for code
+        that needs both (``torch.utils.data.DataLoader``).
+        """
+        torch = _torch()
+        if isinstance(i, (bool, np.bool_)) or not hasattr(i, "__index__"):
+            raise TypeError(f"ds[i] takes an int frame index (0 <= i < ds.num_frames), got {type(i).__name__}; "
+                            f"an episode is ds.episode(e)")
+        i = int(i.__index__())
+        N = self.num_frames
+        if not -N <= i < N:
+            raise IndexError(f"frame {i} out of range for the {N} frames of the anchor stream {self.anchor!r} "
+                             f"(len(ds) = {len(self)} counts episodes; ds.num_frames counts frames)")
+        i %= N
+        a = self.streams[self.anchor]
+        e = int(np.searchsorted(a._offsets_host, i, side="right") - 1)
+        task = int(self._task_index()[e])
+        out = {"episode_index": torch.tensor(self.episodes[e].index),
+               "frame_index": torch.tensor(i - int(a._offsets_host[e])), "timestamp": a.times[i],
+               "index": torch.tensor(i), "task_index": torch.tensor(task),
+               "task": self.tasks[task] if task >= 0 else ""}
+        idx = torch.tensor([e], dtype=torch.int64, device=self.device)
+        t = a.times[i:i + 1].reshape(1, 1)
+        for name, s in self.streams.items():
+            v = self.resample(name, idx, t)[0, 0]
+            if s.kind == "pointcloud":
+                fo = s._frame_offsets_host
+                m = int(v)
+                v = s.values[int(fo[m]):int(fo[m + 1])] if s.lengths[e] else s.values[:0]
+            elif s.kind == "text" and s.vocab is not None:
+                v = s.vocab[int(v)] if s.lengths[e] else ""
+            out[name] = v
+        return out
+
+    @property
+    def frames_view(self) -> "FramesView":
+        """The dataset as a map-style sequence of frames: ``len(view) == ds.num_frames``, ``view[i] == ds[i]``
+        (pass it where ``len`` must count frames, e.g. ``torch.utils.data.DataLoader``)."""
+        return FramesView(self)
+
+    def __iter__(self):
+        # len(ds) counts episodes and ds[i] frames: iterating would be ambiguous, and slow
+        raise TypeError("a robocache.Dataset is not iterable: iterate ds.episodes (metadata), "
+                        "range(len(ds)) with ds.episode(e) (one episode's storage), or ds.frames_view (frames)")
 
     @property
     def nbytes(self) -> int:
@@ -1180,10 +1313,12 @@ class Dataset:
         return {n: s.stats for n, s in self.streams.items()}
 
     def episode(self, e: int) -> dict:
-        """``{name: (values, times)}`` for episode e, views of the storage (no copy)."""
+        """``{name: (values, times)}`` for the episode at position e, views of the storage (no copy)."""
         E = len(self)
         if not -E <= e < E:
-            raise IndexError(f"episode {e} out of range for {E} episodes")
+            renumbered = "" if np.array_equal(self.episode_index, np.arange(E)) else \
+                " (positions; ds.position(n) finds the source's episode n)"
+            raise IndexError(f"episode {e} out of range for {E} episodes{renumbered}")
         e %= E
         return {n: s.episode(e) for n, s in self.streams.items()}
 
@@ -1198,7 +1333,7 @@ class Dataset:
         eps %= max(E, 1)
         streams = {n: s.subset(eps) for n, s in self.streams.items()}
         return Dataset(streams, [self.episodes[e] for e in eps], device=self.device,
-                       time_origin_ns=self.time_origin_ns, source=self.source)
+                       time_origin_ns=self.time_origin_ns, source=self.source, tasks=self.tasks)
 
     # --- the loader's call ---------------------------------------------------------------
 
@@ -1253,12 +1388,22 @@ class Dataset:
         if all(s.device == device for s in self.streams.values()) and self.device == device:
             return self
         streams = {n: s.to(device) for n, s in self.streams.items()}
-        return Dataset(streams, self.episodes, device=device, time_origin_ns=self.time_origin_ns, source=self.source)
+        return Dataset(streams, self.episodes, device=device, time_origin_ns=self.time_origin_ns, source=self.source,
+                       tasks=self.tasks)
+
+    def report(self, **kwargs):
+        """A doctor's report of this dataset: rates, gaps, clock and value defects per stream
+        (``robocache.doctor.diagnose``; ``python -m robocache doctor PATH`` for files)."""
+        from .doctor import diagnose
+        return diagnose(self, **kwargs)
 
     # --- display -------------------------------------------------------------------------
 
     def _header(self) -> str:
         src = f"{self.source!r}, " if self.source else ""
+        ids = self.episode_index
+        if ids.size and not np.array_equal(ids, np.arange(ids.size)):     # the source's numbers
+            src += f"episodes [{', '.join(map(str, ids[:8]))}{', ...' if ids.size > 8 else ''}], "
         return (f"Dataset({src}{len(self)} episodes, {len(self.streams)} streams, {self.num_frames} frames, "
                 f"{_fmt_seconds(self.duration)}, {_fmt_bytes(self.nbytes)}, device {self.device})")
 
@@ -1287,3 +1432,20 @@ class Dataset:
         tasks = f"<br>{len(self.tasks)} tasks" if self.tasks else ""
         return (f"<div class='robocache-dataset'><b>robocache.Dataset</b> {src}{tot}{tasks}"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+
+
+class FramesView:
+    """A Dataset as a map-style sequence of its anchor stream's frames (``ds.frames_view``):
+    ``len(view) == ds.num_frames`` and ``view[i] == ds[i]``."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return self.dataset.num_frames
+
+    def __getitem__(self, i) -> dict:
+        return self.dataset[i]
+
+    def __repr__(self) -> str:
+        return f"FramesView({len(self)} frames of {self.dataset.anchor!r}, {len(self.dataset)} episodes)"

@@ -34,6 +34,9 @@ from .windows import Window, _plan, _run_plan
 
 __all__ = ["DataLoader", "Window"]
 
+#: what ``identity=True`` adds to every batch: who each sample is (LeRobot's batch keys)
+IDENTITY = ("episode_index", "frame_index", "timestamp", "index", "task_index", "task")
+
 
 class DataLoader:
     """Batches of windows over a :class:`robocache.Dataset`, made on the dataset's device.
@@ -89,6 +92,16 @@ class DataLoader:
         slot the batch is made eagerly. Memory: 4 batches (outputs and intermediates), kept with
         the loader. Batches are the same either way; False makes every batch with
         eager launches.
+    identity : bool or list of str
+        Also give each sample's identity, as LeRobot's batches do (True: all of ``IDENTITY``, or a list
+        of them): ``episode_index`` (the source's episode numbers, ``Episode.index``), ``frame_index``
+        (the anchor's step within its episode), ``timestamp`` (the anchor time, float64 seconds in the
+        dataset's time base), ``index`` (the sample's row in ``loader.samples``: with frame anchors over
+        the whole dataset, the anchor stream's global frame, ``ds[index]``), ``task_index`` (into
+        ``ds.tasks``, -1 for an episode without a task), all ``[B]`` tensors gathered on the device from
+        tables built here (in the CUDA graph, no host sync), and ``task``: the task text as a list of B
+        str, made on the host from the epoch's host-side order (never read from the GPU). Off by
+        default: the default batch stays what the windows make, with no host work that grows with B.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -104,7 +117,7 @@ class DataLoader:
                  worker_init_fn: Callable | None = None, timeout: float | None = None,
                  multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None,
                  rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False,
-                 cuda_graph: bool = True):
+                 cuda_graph: bool = True, identity: bool | Iterable[str] = False):
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
@@ -149,6 +162,7 @@ class DataLoader:
                               seed=self.seed, sampler=sampler, rank=self.rank, world_size=self.world_size,
                               per_rank=per_rank)
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
+        self._identity(identity)
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
             self.anchor = dataset.anchor
@@ -162,6 +176,58 @@ class DataLoader:
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and not self._host_plans
         self._graph, self._tables, self._side, self._warm = None, None, None, False
         self._graph_lock = threading.Lock()
+
+    def _identity(self, identity) -> None:
+        """The identity keys asked for, and their tables: ``[E]`` per episode / ``[N]`` per sample on the
+        device, the task text per sample on the host. With identity tensors the epoch tables hold sample
+        rows (not episodes): a batch gathers its episodes, frames and rows from them (_make_batch)."""
+        torch = _torch()
+        if identity is True:
+            keys = IDENTITY
+        elif identity is False or identity is None:
+            keys = ()
+        else:
+            keys = (identity,) if isinstance(identity, str) else tuple(identity)
+            unknown = [k for k in keys if k not in IDENTITY]
+            if unknown:
+                raise ValueError(f"identity: unknown keys {unknown}; choose from {list(IDENTITY)} (or True for all)")
+        clash = [k for k in keys if k in self.windows or any(k == w + suffix for w in self.windows
+                                                              for suffix in ("_is_pad", "_dim_mask"))]
+        if clash:
+            raise ValueError(f"identity: windows already have the keys {clash}; rename those windows")
+        self.identity = tuple(k for k in IDENTITY if k in keys)
+        self._id_tensors = tuple(k for k in self.identity if k != "task")
+        self._task_text = None
+        if not self.identity:
+            return
+        ds, dev = self.dataset, self.device
+        ep_h = self._table.host_table()[0]         # host copies, once (construction may sync)
+        first = np.searchsorted(ep_h, np.arange(len(ds)), side="left")     # the table is grouped by episode
+        task = ds._task_index()
+        self._id = {"episode_index": torch.from_numpy(ds.episode_index).to(dev),
+                    "frame_index": torch.from_numpy(np.arange(ep_h.size) - first[ep_h]).to(dev),
+                    "task_index": torch.from_numpy(task).to(dev)}
+        text = np.array([*ds.tasks, ""], dtype=object)         # -1 (no task) -> ""
+        self._task_text = text[task[ep_h]] if "task" in self.identity else None
+
+    def _identity_batch(self, rows, ep, t, out: dict) -> None:
+        """The identity tensors of a batch: ``rows`` (sample rows), ``ep`` (episode positions), ``t``
+        (anchor times), ``[B]`` each; gathers from the construction's tables, copies of the views."""
+        ids = self._id
+        make = {"episode_index": lambda: ids["episode_index"].index_select(0, ep),
+                "frame_index": lambda: ids["frame_index"].index_select(0, rows),
+                "timestamp": lambda: t.clone(), "index": lambda: rows.clone(),
+                "task_index": lambda: ids["task_index"].index_select(0, ep)}
+        for k in self._id_tensors:
+            out[k] = make[k]()
+
+    def _attach_task(self, batch: dict, host_order, k: int) -> None:
+        """``batch["task"]``: the task text of batch k's samples from the epoch's host-side order (a
+        Python list is no tensor: attached after the batch is made, outside any graph, never read from
+        the GPU)."""
+        if self._task_text is not None and isinstance(batch, dict):
+            b = self.batch_size
+            batch["task"] = self._task_text[host_order[k * b:(k + 1) * b]].tolist()
 
     # --- samples -------------------------------------------------------------------------
 
@@ -235,10 +301,16 @@ class DataLoader:
 
     def _make_batch(self, ep, t, host=None) -> dict:
         out: dict = {}
+        rows = None
+        if self._id_tensors:
+            # with identity the epoch tables hold sample rows; their episodes are one gather away
+            rows, ep = ep, self._episode.index_select(0, ep)
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
         for p, (a, b) in zip(self._plans, self._columns):
             _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
+        if rows is not None:
+            self._identity_batch(rows, ep, t, out)
         return out
 
     def __iter__(self) -> Iterator[dict]:
@@ -255,7 +327,7 @@ class DataLoader:
         the buffers a captured batch graph reads."""
         order = self._order(epoch)
         if not static:
-            return self._episode[order], self._time[order]
+            return (order if self._id_tensors else self._episode[order]), self._time[order]
         torch = _torch()
         n = int(order.shape[0])
         if self._tables is None or int(self._tables[0].shape[0]) != n:
@@ -264,7 +336,10 @@ class DataLoader:
             self._graph = None
             self._tables = (torch.empty(n, dtype=torch.int64, device=self.device),
                             torch.empty(n, dtype=torch.float64, device=self.device))
-        torch.index_select(self._episode, 0, order, out=self._tables[0])
+        if self._id_tensors:
+            self._tables[0].copy_(order)              # sample rows: _make_batch gathers their episodes
+        else:
+            torch.index_select(self._episode, 0, order, out=self._tables[0])
         torch.index_select(self._time, 0, order, out=self._tables[1])
         return self._tables
 
@@ -276,8 +351,11 @@ class DataLoader:
 
     def _iter_cpu(self, epoch, start, n):
         episodes, times = self._epoch_tables(epoch)
+        host_order = self._table.host_order           # this epoch's, on the host (the task text)
         for k in range(start, n):
-            yield self._hand_over(self._make(episodes, times, k))
+            batch = self._make(episodes, times, k)
+            self._attach_task(batch, host_order, k)
+            yield self._hand_over(batch)
 
     def _iter_cuda(self, epoch, start, n):
         torch = _torch()
@@ -299,6 +377,7 @@ class DataLoader:
         try:
             with torch.cuda.stream(side):
                 episodes, times = self._epoch_tables(epoch, static=graphed)
+                host_order = self._table.host_order   # this epoch's, on the host (the task text)
                 if graphed and self._graph is not None:
                     self._graph.reset(start)
             full = self.num_samples // self.batch_size      # batches of batch_size samples
@@ -343,6 +422,7 @@ class DataLoader:
                         # made on `side`, used on the consumer's stream: the allocator must not
                         # hand the memory back to `side` before the consumer's work on it has run
                         v.record_stream(consumer)
+                self._attach_task(batch, host_order, k)
                 yield self._hand_over(batch)
         finally:
             if graphed:

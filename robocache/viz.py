@@ -72,6 +72,13 @@ def _check_episode(ds, episode: int) -> int:
     return int(episode) % E
 
 
+def _episode_name(ds, e: int) -> str:
+    """How titles name the episode at position e: the source's number (``Episode.index``: LeRobot's
+    ``episode_index``, kept by ``from_lerobot(episodes=...)`` and ``subset``), and the position when they differ."""
+    n = ds.episodes[e].index
+    return f"episode {n}" if n == e else f"episode {n} (position {e})"
+
+
 def _stream(ds, key: str):
     if key not in ds.streams:
         raise KeyError(f"no stream {key!r}; the dataset has: {', '.join(ds.streams)}")
@@ -111,7 +118,8 @@ def plot_episode(ds, episode: int, keys: str | Sequence[str] | None = None, *, r
     ----------
     ds : robocache.Dataset
     episode : int
-        Episode index (negative counts from the end).
+        Episode position, ``0 .. len(ds)-1`` (negative counts from the end); ``ds.position(n)`` gives the
+        position of the source's episode n. Titles name the source's number (``Episode.index``).
     keys : str or list of str, optional
         Streams to draw (default: every continuous stream, at most 4). Image and point-cloud
         streams are refused (see ``show_frames``); text streams are drawn as their indices.
@@ -157,7 +165,7 @@ def plot_episode(ds, episode: int, keys: str | Sequence[str] | None = None, *, r
         raw.append((v.reshape(v.shape[0], D).astype(np.float64), _host(t)))
     spans = [(t[0], t[-1]) for _, t in raw if t.shape[0]]
     if not spans:
-        raise ValueError(f"episode {e} has no samples in {', '.join(map(repr, keys))}")
+        raise ValueError(f"{_episode_name(ds, e)} has no samples in {', '.join(map(repr, keys))}")
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
 
     if rate is None:
@@ -177,7 +185,7 @@ def plot_episode(ds, episode: int, keys: str | Sequence[str] | None = None, *, r
     index = torch.tensor([e], dtype=torch.int64, device=ds.device)
 
     if ax is None:
-        fig, axes = plt.subplots(len(keys), 1, sharex=True, squeeze=False, figsize=(9, 2.4 * len(keys) + 0.4))
+        fig, axes = plt.subplots(len(keys), 1, sharex=True, squeeze=False, figsize=(10.5, 2.4 * len(keys) + 0.4))
         axes = list(axes[:, 0])
     else:
         axes = _axes_list(ax, len(keys), "plot_episode")
@@ -195,17 +203,22 @@ def plot_episode(ds, episode: int, keys: str | Sequence[str] | None = None, *, r
         else:
             r = np.full((T, D), np.nan)
         names = s.feature_names if s.feature_names and len(s.feature_names) == D else None
+        handles = []
         for i, d in enumerate(picked):
             c = colors[i % len(colors)]
             label = names[d] if names else (f"[{d}]" if D > 1 else s.name)
-            a.plot(t, v[:, d], linestyle="none", marker="o", markersize=3, color=c, alpha=0.6, label=label)
-            a.plot(grid, r[:, d], linestyle="-", linewidth=1.2, color=c)
+            dots, = a.plot(t, v[:, d], linestyle="none", marker="o", markersize=3, color=c, alpha=0.6)
+            line, = a.plot(grid, r[:, d], linestyle="-", linewidth=1.2, color=c)
+            handles.append(((dots, line), label))
         shown = f", dims {picked}" if D > len(picked) else ""
         a.set_title(f"{s.name}: {len(t)} samples at {s.rate or 0:.4g} Hz (markers), {m} @ {rate:.4g} Hz (line)"
                     f"{shown}", fontsize=9, loc="left")
         if picked:
-            a.legend(fontsize=7, loc="upper right", ncol=min(len(picked), 4))
-    axes[-1].set_xlabel(f"time [s] (episode {e})")
+            # beside the axes, not over the curves; named features (LeRobot's names) label the lines
+            a.legend([h for h, _ in handles], [lb for _, lb in handles], fontsize=7, loc="upper left",
+                     bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, ncol=max(1, -(-len(picked) // 12)),
+                     frameon=False)
+    axes[-1].set_xlabel(f"time [s], {_episode_name(ds, e)}")
     if ax is None:
         fig.tight_layout()
     return fig
@@ -245,6 +258,7 @@ def show_frames(ds, key: str, episode: int, *, times: Sequence[float] | None = N
         An image stream: per-sample shape ``[H,W,C]`` (C = 1, 3 or 4) or ``[H,W]``, uint8 or
         float (floats above 1 are taken as 0..255); ``[C,H,W]`` is transposed.
     episode : int
+        Episode position (as ``plot_episode``); the title names the source's number.
     times : list of float, optional
         Seconds (the dataset's time base); each shows the nearest frame (ties to the later
         frame, as ``resample(mode="nearest")``).
@@ -271,7 +285,7 @@ def show_frames(ds, key: str, episode: int, *, times: Sequence[float] | None = N
     th = _host(t)
     F = th.shape[0]
     if F == 0:
-        raise ValueError(f"episode {e} has no frames in stream {key!r}")
+        raise ValueError(f"{_episode_name(ds, e)} has no frames in stream {key!r}")
     if times is not None:
         x = np.atleast_1d(np.asarray(times, dtype=np.float64))
         if x.ndim != 1 or x.size == 0:
@@ -301,7 +315,7 @@ def show_frames(ds, key: str, episode: int, *, times: Sequence[float] | None = N
         a.set_title(f"t={th[i]:.3f} s", fontsize=8)
         a.set_axis_off()
     if ax is None:
-        fig.suptitle(f"{key}, episode {e}", fontsize=9)
+        fig.suptitle(f"{key}, {_episode_name(ds, e)}", fontsize=9)
         fig.tight_layout()
     return fig
 

@@ -146,7 +146,7 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
                          "voxel_size=..., origin=...)" if cloud else "voxel is for point-cloud streams"))
     if w.pad not in PADS:
         raise ValueError(f"windows[{key!r}]: pad {w.pad!r} is not one of {PADS}")
-    image = any(s.kind == "image" for s in streams)
+    image = any(s.frames is not None for s in streams)     # frames [H, W, C] in frame storage
     if image and len(names) > 1:
         raise ValueError(f"windows[{key!r}]: image streams cannot be fused with others")
     if len({s.dtype for s in streams}) > 1:

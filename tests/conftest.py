@@ -21,6 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# decoded-frame cache entries of the test session go to a throwaway folder, not the user's
+# ~/.cache/robocache (tests that exercise the cache set their own per test)
+if "ROBOCACHE_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["ROBOCACHE_CACHE_DIR"] = tempfile.mkdtemp(prefix="robocache-test-cache-")
+
 from reference import (FLOAT_DTYPES, SLERP_ATOL, assert_close, assert_equal, bf16_round, dtype_name, is_torch,
                        poisoned, resample_ref, snapshot, to_numpy)
 

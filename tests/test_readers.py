@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import robocache
 from robocache.readers import (ReaderError, available_backends, decode_video, read_lerobot, read_robomimic,
                                read_zarr)
 
@@ -440,8 +441,15 @@ def test_truncated_parquet(groot_copy):
 
 def test_missing_parquet(groot_copy):
     (groot_copy / "data/chunk-000/episode_000003.parquet").unlink()
-    with pytest.raises(ReaderError, match=r"episode_000003\.parquet: parquet file not found"):
+    with pytest.raises(ReaderError, match=r"episode_000003\.parquet: parquet file not found \(1 of 5 episodes lack "
+                       r"their files, e\.g\. episodes \[3\]\); load the 4 present ones with episodes=\[0, 1, 2, 4\], "
+                       r"or pass missing_files='skip'"):
         read_lerobot(groot_copy, load_video=False)
+    with pytest.warns(UserWarning, match="skipping 1 of 5 episodes whose files are missing"):
+        eps = read_lerobot(groot_copy, load_video=False, missing_files="skip")
+    assert eps.extra["episode_index"] == [0, 1, 2, 4]
+    with pytest.raises(ValueError, match="missing_files must be"):
+        read_lerobot(groot_copy, load_video=False, missing_files="ignore")
 
 
 def test_unsorted_timestamps(groot_copy):
@@ -486,8 +494,11 @@ def test_missing_one_mp4(groot_copy):
     (groot_copy / f"videos/chunk-000/{VIDEO}/episode_000002.mp4").unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ReaderError, match=r"episode_000002\.mp4: video file not found"):
+        with pytest.raises(ReaderError, match=r"episode_000002\.mp4: video file not found .*episodes=\[0, 1, 3, 4\]"):
             read_lerobot(groot_copy)
+        ds = robocache.Dataset.from_lerobot(groot_copy, missing_files="skip", device="cpu")
+    assert ds.episode_index.tolist() == [0, 1, 3, 4] and len(ds.streams[VIDEO].frames) == sum(
+        e.lengths[VIDEO] for e in ds.episodes)
 
 
 def test_truncated_hdf5(tmp_path, rng):

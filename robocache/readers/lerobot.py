@@ -500,7 +500,8 @@ def _present(root: Path, info: dict, table: dict, selected: list, major: int, ch
                       f"(first: {first})", stacklevel=3)
         return keep
     shown = f"{keep[:20]}" + ("..." if len(keep) > 20 else "")
-    raise ReaderError(f"{first}: file not found ({len(lost)} of {len(selected)} episodes lack their files, e.g. "
+    what = "parquet file" if str(first).endswith(".parquet") else "video file"
+    raise ReaderError(f"{first}: {what} not found ({len(lost)} of {len(selected)} episodes lack their files, e.g. "
                       f"episodes {sorted(lost)[:5]}); load the {len(keep)} present ones with episodes={shown}, "
                       f"or pass missing_files='skip' to skip the others with a warning")
 

@@ -2,8 +2,9 @@
  * Layouts (elements): storage frames of rgb [H, W, C] (uint8 / float32) or yuv420 planes
  * (uint8 Y [H, W], U [ch, cw], V [ch, cw]); out [M, H', W', C] with any strides (planar or
  * interleaved). One block per (frame, band of output rows): the band's source rows are staged in
- * shared memory with 16-byte loads, then every output element is written once, 16 bytes per
- * thread where out's layout allows. Caller's stream, no host sync.
+ * shared memory with 16-byte loads, then every output element is written once: by whole pixels
+ * per thread for 3-channel out with aligned lines (pixels_kernel), else 16 bytes of a line per
+ * thread element by element (elements_kernel). Caller's stream, no host sync.
  * Benchmark: python benchmarks/bench_frames.py
  */
 #include <cuda_runtime.h>
@@ -26,7 +27,14 @@ constexpr int kThreads = 256;
  * has ~100 KiB of reads in flight: the bus's latency (~2 us) times its bandwidth (~50 GB/s)
  * is met many times over across the SMs. ROBOCACHE_FRAMES_STAGE_BYTES overrides it (tuning). */
 constexpr int kStageBytes = 16384;
-constexpr int kMaxStageBytes = 48 * 1024; /* dynamic shared memory without an opt-in */
+/* Resize from rgb: a band of R output rows stages ~R * in / out + 2 source rows, and its work is
+ * R * W' / 4 pixel groups; at 16 KiB a 480x640 -> 224x224 band is 2 output rows, 112 groups for
+ * 256 threads, at 48 KiB (the most without an opt-in) 10 rows. yuv420 rows are half as long:
+ * 16 KiB is already 7 output rows there, and more rows measured slower (fewer, longer blocks
+ * with 4 per SM: the last wave runs part-empty). Stage sweep: docs/frames.md. */
+constexpr int kResizeRgbStageBytes = 48 * 1024;
+constexpr int kMaxStageBytes = 48 * 1024; /* dynamic + static shared memory without an opt-in */
+constexpr int kTableBytes = 256 * 4;      /* the static output table, reserved out of it */
 
 enum Layout { kInterleaved = 0, kPlanar = 1, kGeneral = 2 };
 
@@ -41,6 +49,7 @@ struct Plan {
     int lines_per_row; /* planar: channels (a line per channel); else 1 */
     int line_len;      /* elements per line: W' (planar) or W' * C */
     int units;         /* 16-byte groups of a line (one more for a misaligned start) */
+    int align;         /* pixels_kernel: bytes (1..16) every output line start is aligned to */
     float sy, sx;      /* resize scales, (float)in / out */
 };
 
@@ -101,6 +110,61 @@ struct SrcRow {
     }
 };
 
+/* The source rows of a block's band: staged in shared memory, or where they are in storage
+ * (rows too long to stage); row s of the frame (and its chroma row s / 2) as a SrcRow. */
+template <typename S, bool YUV>
+struct Band {
+    const S *rows;
+    const uint8_t *urows, *vrows;
+    int s_lo, c_lo;
+    __device__ __forceinline__ SrcRow<S, YUV> row(int s, int rowlen, int cw) const {
+        SrcRow<S, YUV> r = {rows + (int64_t)(s - s_lo) * rowlen, NULL, NULL};
+        if (YUV) {
+            r.u = urows + (int64_t)((s >> 1) - c_lo) * cw;
+            r.v = vrows + (int64_t)((s >> 1) - c_lo) * cw;
+        }
+        return r;
+    }
+};
+
+/* Stages the source rows that output rows [yb, ye) of frame `id` read (nothing when !valid). */
+template <typename S, bool YUV, bool RESIZE>
+__device__ __forceinline__ Band<S, YUV> load_band(const rc_frames_args &a, const Plan &p, char *sm,
+                                                  int64_t id, bool valid, int yb, int ye) {
+    const int W = (int)a.width, H = (int)a.height, C = (int)a.channels;
+    const int cw = (W + 1) >> 1;
+    const int rowlen = YUV ? W : W * C; /* elements of S per source row */
+    int s_lo, s_hi;                     /* source rows of the band */
+    if (RESIZE) {
+        s_lo = rc_axis_weights(yb, p.sy, H).i0;
+        s_hi = rc_axis_weights(ye - 1, p.sy, H).i1;
+    } else {
+        s_lo = yb;
+        s_hi = ye - 1;
+    }
+    Band<S, YUV> b = {NULL, NULL, NULL, s_lo, s_lo >> 1};
+    if (!valid) return b;
+    const S *frame = (const S *)a.storage + id * a.frame_stride;
+    const uint8_t *uplane = (const uint8_t *)frame + (int64_t)H * W;
+    const uint8_t *vplane = uplane + (int64_t)((H + 1) >> 1) * cw;
+    if (p.stage) {
+        b.rows = (const S *)stage(sm, (const char *)(frame + (int64_t)s_lo * rowlen),
+                                  (int64_t)(s_hi - s_lo + 1) * rowlen * (int64_t)sizeof(S));
+        if (YUV) {
+            const int64_t cn = (int64_t)((s_hi >> 1) - b.c_lo + 1) * cw;
+            b.urows = (const uint8_t *)stage(sm + p.luma_region,
+                                             (const char *)(uplane + (int64_t)b.c_lo * cw), cn);
+            b.vrows = (const uint8_t *)stage(sm + p.luma_region + p.chroma_region,
+                                             (const char *)(vplane + (int64_t)b.c_lo * cw), cn);
+        }
+    } else { /* rows too long to stage: read them where they are */
+        b.rows = frame + (int64_t)s_lo * rowlen;
+        b.urows = uplane + (int64_t)b.c_lo * cw;
+        b.vrows = vplane + (int64_t)b.c_lo * cw;
+    }
+    return b;
+}
+
 template <int V, typename O>
 union Pack {
     uint4 q;
@@ -111,7 +175,7 @@ union Pack {
  * its fastest axis (a row of W' * C for interleaved out, a row of one channel for planar out);
  * a unit is the 16 bytes of a line a thread writes. */
 template <typename S, bool YUV, typename Out, bool RESIZE>
-__global__ void __launch_bounds__(kThreads) frames_kernel(const rc_frames_args a, const Plan p) {
+__global__ void __launch_bounds__(kThreads) elements_kernel(const rc_frames_args a, const Plan p) {
     using O = typename Out::T;
     constexpr int V = 16 / (int)sizeof(O);
     /* uint8 sources without resize only ever produce 0..255: their outputs come from a table
@@ -130,40 +194,9 @@ __global__ void __launch_bounds__(kThreads) frames_kernel(const rc_frames_args a
     const int cw = (W + 1) >> 1;
     const int rowlen = YUV ? W : W * C; /* elements of S per source row */
 
-    int s_lo, s_hi; /* source rows of the band */
-    if (RESIZE) {
-        s_lo = rc_axis_weights(yb, p.sy, H).i0;
-        s_hi = rc_axis_weights(ye - 1, p.sy, H).i1;
-    } else {
-        s_lo = yb;
-        s_hi = ye - 1;
-    }
-    const int c_lo = s_lo >> 1;
-    const S *rows = NULL;
-    const uint8_t *urows = NULL, *vrows = NULL;
+    const Band<S, YUV> band = load_band<S, YUV, RESIZE>(a, p, (char *)smem, id, valid, yb, ye);
     if (kTable && !kCopy)
         for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = Out::from((float)i, a.scale);
-    if (valid) {
-        const S *frame = (const S *)a.storage + id * a.frame_stride;
-        const uint8_t *uplane = (const uint8_t *)frame + (int64_t)H * W;
-        const uint8_t *vplane = uplane + (int64_t)((H + 1) >> 1) * cw;
-        if (p.stage) {
-            char *sm = (char *)smem;
-            rows = (const S *)stage(sm, (const char *)(frame + (int64_t)s_lo * rowlen),
-                                    (int64_t)(s_hi - s_lo + 1) * rowlen * (int64_t)sizeof(S));
-            if (YUV) {
-                const int64_t cn = (int64_t)((s_hi >> 1) - c_lo + 1) * cw;
-                urows = (const uint8_t *)stage(sm + p.luma_region,
-                                               (const char *)(uplane + (int64_t)c_lo * cw), cn);
-                vrows = (const uint8_t *)stage(sm + p.luma_region + p.chroma_region,
-                                               (const char *)(vplane + (int64_t)c_lo * cw), cn);
-            }
-        } else { /* rows too long to stage: read them where they are */
-            rows = frame + (int64_t)s_lo * rowlen;
-            urows = uplane + (int64_t)c_lo * cw;
-            vrows = vplane + (int64_t)c_lo * cw;
-        }
-    }
     __syncthreads(); /* block-uniform: valid and the table */
 
     const int per_row = p.lines_per_row, n = p.line_len, units = p.units;
@@ -195,14 +228,8 @@ __global__ void __launch_bounds__(kThreads) frames_kernel(const rc_frames_args a
                 s0 = wy.i0;
                 s1 = wy.i1;
             }
-            r0.p = rows + (int64_t)(s0 - s_lo) * rowlen;
-            r1.p = rows + (int64_t)(s1 - s_lo) * rowlen;
-            if (YUV) {
-                r0.u = urows + (int64_t)((s0 >> 1) - c_lo) * cw;
-                r0.v = vrows + (int64_t)((s0 >> 1) - c_lo) * cw;
-                r1.u = urows + (int64_t)((s1 >> 1) - c_lo) * cw;
-                r1.v = vrows + (int64_t)((s1 >> 1) - c_lo) * cw;
-            }
+            r0 = band.row(s0, rowlen, cw);
+            r1 = band.row(s1, rowlen, cw);
         }
         Pack<V, O> pack;
         /* uint8 rgb to uint8 interleaved out, source and out in step: a 16-byte copy */
@@ -266,38 +293,239 @@ __global__ void __launch_bounds__(kThreads) frames_kernel(const rc_frames_args a
     }
 }
 
+/* N consecutive elements at p into registers, with the widest loads p's alignment allows
+ * (staged rows sit at their storage alignment modulo 16: a 640-wide plane's are all aligned). */
+template <typename W, typename T, int N>
+__device__ __forceinline__ void load_as(T (&b)[N], const T *p) {
+    union {
+        W w[N * sizeof(T) / sizeof(W)];
+        T t[N];
+    } u;
+#pragma unroll
+    for (int k = 0; k < (int)(N * sizeof(T) / sizeof(W)); k++) u.w[k] = ((const W *)p)[k];
+#pragma unroll
+    for (int i = 0; i < N; i++) b[i] = u.t[i];
+}
+template <typename T, int N>
+__device__ __forceinline__ void load_run(T (&b)[N], const T *p) {
+    constexpr int B = N * (int)sizeof(T);
+    const unsigned al = (unsigned)(uintptr_t)p;
+    if constexpr (B % 16 == 0) if ((al & 15) == 0) return load_as<uint4>(b, p);
+    if constexpr (B % 8 == 0) if ((al & 7) == 0) return load_as<uint2>(b, p);
+    if constexpr (B % 4 == 0 && sizeof(T) < 4) if ((al & 3) == 0) return load_as<uint32_t>(b, p);
+#pragma unroll
+    for (int i = 0; i < N; i++) b[i] = p[i];
+}
+
+/* N consecutive out elements from registers: the widest stores that both N's bytes and
+ * `align` (what the host found every line start aligned to) allow. */
+template <typename W, typename T, int N>
+__device__ __forceinline__ void store_as(T *p, const T (&b)[N]) {
+    union {
+        W w[N * sizeof(T) / sizeof(W)];
+        T t[N];
+    } u;
+#pragma unroll
+    for (int i = 0; i < N; i++) u.t[i] = b[i];
+#pragma unroll
+    for (int k = 0; k < (int)(N * sizeof(T) / sizeof(W)); k++) ((W *)p)[k] = u.w[k];
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_run(T *p, const T (&b)[N], int align) {
+    constexpr int B = N * (int)sizeof(T);
+    if constexpr (B % 16 == 0) if (align >= 16) return store_as<uint4>(p, b);
+    if constexpr (B % 8 == 0) if (align >= 8) return store_as<uint2>(p, b);
+    if constexpr (B % 4 == 0 && sizeof(T) < 4) if (align >= 4) return store_as<uint32_t>(p, b);
+#pragma unroll
+    for (int i = 0; i < N; i++) p[i] = b[i];
+}
+
+/* Channels of source pixel x of row r, as floats (exact for bytes). */
+template <typename S, bool YUV>
+__device__ __forceinline__ void source_pixel(float (&px)[3], const SrcRow<S, YUV> &r, int x,
+                                             const int32_t *k) {
+    if constexpr (YUV) {
+        const int32_t luma = rc_yuv_luma(r.p[x], k);
+        const int32_t cu = 8 * (r.u[x >> 1] - 128), cv = 8 * (r.v[x >> 1] - 128);
+        px[0] = (float)rc_yuv_r(luma, cv, k);
+        px[1] = (float)rc_yuv_g(luma, cu, cv, k);
+        px[2] = (float)rc_yuv_b(luma, cu, k);
+    } else {
+#pragma unroll
+        for (int c = 0; c < 3; c++) px[c] = (float)r.p[x * 3 + c];
+    }
+}
+
+/* 3-channel interleaved or planar out whose line starts are all aligned to p.align bytes.
+ * A thread owns G whole pixels of one output row: every channel of them in registers, no
+ * per-element branch, then one store run per line. Without resize G is one 16-byte unit of a
+ * planar line (16 uint8, 8 half, 4 float32 pixels; an interleaved run of them is 3 units) and
+ * its luma, chroma or rgb bytes come in one or a few shared loads; with resize, whose pixels
+ * cost ~100 operations each, G = 4 keeps enough groups per band to occupy the block. */
 template <typename S, bool YUV, typename Out, bool RESIZE>
-rc_status launch(const rc_frames_args &a, const Plan &p, int64_t blocks, int smem_bytes,
+__global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_frames_args a, const Plan p) {
+    using O = typename Out::T;
+    constexpr int G = RESIZE ? 4 : 16 / (int)sizeof(O);
+    constexpr bool kBytes = std::is_same<S, uint8_t>::value;
+    /* uint8 sources without resize: float outputs from a 256-entry table (see elements_kernel) */
+    constexpr bool kTable = !RESIZE && kBytes && !std::is_same<Out, OutU8>::value;
+    extern __shared__ uint4 smem[];
+    __shared__ O table[kTable ? 256 : 1];
+
+    const int64_t m = blockIdx.x / (unsigned)p.bpf;
+    const int yb = (int)(blockIdx.x - m * p.bpf) * p.rows;
+    const int ye = min(yb + p.rows, (int)a.out_height);
+    const int64_t id = a.ids[m * a.ids_stride];
+    const bool valid = id >= 0 && id < a.frames; /* other ids write zeros */
+    const int W = (int)a.width, H = (int)a.height, Wo = (int)a.out_width;
+    const int cw = (W + 1) >> 1;
+    const int rowlen = YUV ? W : W * 3;
+    const Band<S, YUV> band = load_band<S, YUV, RESIZE>(a, p, (char *)smem, id, valid, yb, ye);
+    if (kTable)
+        for (int i = threadIdx.x; i < 256; i += kThreads) table[i] = Out::from((float)i, a.scale);
+    __syncthreads(); /* block-uniform: valid and the table */
+
+    const int groups = (Wo + G - 1) / G;
+    const int total = (ye - yb) * groups; /* the host keeps it below 2^31 */
+    const int32_t *k = a.yuv;
+    for (int j = threadIdx.x; j < total; j += kThreads) {
+        const int dy = j / groups, x0 = (j - dy * groups) * G;
+        const int yo = yb + dy;
+        const bool tail = x0 + G > Wo; /* the row's last group: pixels past Wo - 1 repeat it */
+        O v[3][G];
+        if (!valid) {
+#pragma unroll
+            for (int i = 0; i < G; i++) v[0][i] = v[1][i] = v[2][i] = (O)0;
+        } else if (!RESIZE) {
+            const SrcRow<S, YUV> r = band.row(yo, rowlen, cw);
+            if constexpr (YUV) {
+                uint8_t yy[G], uu[G / 2], vv[G / 2];
+                if (!tail) { /* x0 is even: the group's chroma pairs are its own */
+                    load_run(yy, r.p + x0);
+                    load_run(uu, r.u + (x0 >> 1));
+                    load_run(vv, r.v + (x0 >> 1));
+                } else {
+#pragma unroll
+                    for (int i = 0; i < G; i++) {
+                        const int x = min(x0 + i, Wo - 1);
+                        yy[i] = r.p[x];
+                        if (!(i & 1)) uu[i >> 1] = r.u[x >> 1], vv[i >> 1] = r.v[x >> 1];
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < G; i++) {
+                    const int32_t luma = rc_yuv_luma(yy[i], k);
+                    const int32_t cu = 8 * (uu[i >> 1] - 128), cv = 8 * (vv[i >> 1] - 128);
+                    const int32_t q[3] = {rc_yuv_r(luma, cv, k), rc_yuv_g(luma, cu, cv, k),
+                                          rc_yuv_b(luma, cu, k)};
+#pragma unroll
+                    for (int c = 0; c < 3; c++) v[c][i] = kTable ? table[q[c]] : (O)q[c];
+                }
+            } else {
+                S s[3 * G];
+                if (!tail) {
+                    load_run(s, r.p + 3 * x0);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < G; i++)
+#pragma unroll
+                        for (int c = 0; c < 3; c++) s[3 * i + c] = r.p[3 * min(x0 + i, Wo - 1) + c];
+                }
+#pragma unroll
+                for (int i = 0; i < G; i++)
+#pragma unroll
+                    for (int c = 0; c < 3; c++) {
+                        if constexpr (kTable) v[c][i] = table[s[3 * i + c]];
+                        else if constexpr (kBytes) v[c][i] = (O)s[3 * i + c]; /* uint8 planar */
+                        else v[c][i] = Out::from((float)s[3 * i + c], a.scale);
+                    }
+            }
+        } else {
+            const rc_axis_lerp wy = rc_axis_weights(yo, p.sy, H);
+            const SrcRow<S, YUV> r0 = band.row(wy.i0, rowlen, cw), r1 = band.row(wy.i1, rowlen, cw);
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                const rc_axis_lerp wx = rc_axis_weights(min(x0 + i, Wo - 1), p.sx, W);
+                float p00[3], p01[3], p10[3], p11[3];
+                source_pixel(p00, r0, wx.i0, k);
+                source_pixel(p01, r0, wx.i1, k);
+                source_pixel(p10, r1, wx.i0, k);
+                source_pixel(p11, r1, wx.i1, k);
+#pragma unroll
+                for (int c = 0; c < 3; c++)
+                    v[c][i] = Out::from(rc_bilinear(p00[c], p01[c], p10[c], p11[c], &wy, &wx), a.scale);
+            }
+        }
+        O *base = (O *)a.out + m * a.out_stride_m + (int64_t)yo * a.out_stride_y;
+        const int n = tail ? Wo - x0 : G;
+        if (p.layout == kInterleaved) {
+            O *dst = base + 3 * x0;
+            if (!tail) {
+                O run[3 * G];
+#pragma unroll
+                for (int i = 0; i < G; i++)
+#pragma unroll
+                    for (int c = 0; c < 3; c++) run[3 * i + c] = v[c][i];
+                store_run(dst, run, p.align);
+            } else {
+#pragma unroll
+                for (int i = 0; i < G; i++)
+                    if (i < n)
+#pragma unroll
+                        for (int c = 0; c < 3; c++) dst[3 * i + c] = v[c][i];
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < 3; c++) {
+                O *dst = base + c * a.out_stride_c + x0;
+                if (!tail) {
+                    store_run(dst, v[c], p.align);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < G; i++)
+                        if (i < n) dst[i] = v[c][i];
+                }
+            }
+        }
+    }
+}
+
+template <typename S, bool YUV, typename Out, bool RESIZE>
+rc_status launch(const rc_frames_args &a, const Plan &p, bool pixels, int64_t blocks, int smem_bytes,
                  cudaStream_t stream) {
-    frames_kernel<S, YUV, Out, RESIZE><<<(unsigned)blocks, kThreads, smem_bytes, stream>>>(a, p);
+    if (pixels)
+        pixels_kernel<S, YUV, Out, RESIZE><<<(unsigned)blocks, kThreads, smem_bytes, stream>>>(a, p);
+    else
+        elements_kernel<S, YUV, Out, RESIZE><<<(unsigned)blocks, kThreads, smem_bytes, stream>>>(a, p);
     return RC_CUDA_CHECK(cudaGetLastError(), "gather_frames kernel launch");
 }
 
 template <typename S, bool YUV, typename Out>
-rc_status launch_resize(const rc_frames_args &a, const Plan &p, bool resize, int64_t blocks,
-                        int smem, cudaStream_t s) {
-    return resize ? launch<S, YUV, Out, true>(a, p, blocks, smem, s)
-                  : launch<S, YUV, Out, false>(a, p, blocks, smem, s);
+rc_status launch_resize(const rc_frames_args &a, const Plan &p, bool resize, bool pixels,
+                        int64_t blocks, int smem, cudaStream_t s) {
+    return resize ? launch<S, YUV, Out, true>(a, p, pixels, blocks, smem, s)
+                  : launch<S, YUV, Out, false>(a, p, pixels, blocks, smem, s);
 }
 
 template <typename S, bool YUV>
-rc_status launch_out(const rc_frames_args &a, const Plan &p, bool resize, int64_t blocks,
-                     int smem, cudaStream_t s) {
+rc_status launch_out(const rc_frames_args &a, const Plan &p, bool resize, bool pixels,
+                     int64_t blocks, int smem, cudaStream_t s) {
     switch (a.out_dtype) {
-    case RC_U8: return launch_resize<S, YUV, OutU8>(a, p, resize, blocks, smem, s);
-    case RC_F32: return launch_resize<S, YUV, OutF32>(a, p, resize, blocks, smem, s);
-    case RC_F16: return launch_resize<S, YUV, OutF16>(a, p, resize, blocks, smem, s);
-    case RC_BF16: return launch_resize<S, YUV, OutBF16>(a, p, resize, blocks, smem, s);
+    case RC_U8: return launch_resize<S, YUV, OutU8>(a, p, resize, pixels, blocks, smem, s);
+    case RC_F32: return launch_resize<S, YUV, OutF32>(a, p, resize, pixels, blocks, smem, s);
+    case RC_F16: return launch_resize<S, YUV, OutF16>(a, p, resize, pixels, blocks, smem, s);
+    case RC_BF16: return launch_resize<S, YUV, OutBF16>(a, p, resize, pixels, blocks, smem, s);
     default: return rc_fail(RC_ERR_TYPE, "gather_frames: unsupported out dtype");
     }
 }
 
-int stage_budget() {
-    static int budget = 0; /* read once; a benign race writes the same value */
-    if (!budget) {
+/* ROBOCACHE_FRAMES_STAGE_BYTES (tuning), or 0 for the per-case defaults. */
+int stage_override() {
+    static int budget = -1; /* read once; a benign race writes the same value */
+    if (budget < 0) {
         const char *env = getenv("ROBOCACHE_FRAMES_STAGE_BYTES");
         int b = env ? atoi(env) : 0;
-        budget = b >= 1024 && b <= kMaxStageBytes ? b : kStageBytes;
+        budget = b >= 1024 && b <= kMaxStageBytes ? b : 0;
     }
     return budget;
 }
@@ -324,11 +552,22 @@ rc_status run(const rc_frames_args &a, cudaStream_t stream) {
     p.line_len = (int)(p.layout == kPlanar ? Wo : Wo * C);
     const int V = (int)(16 / oes);
     p.units = (p.line_len + (p.layout == kGeneral ? 0 : V - 1) + V - 1) / V;
+    /* whole pixels per thread: 3 channels, contiguous lines; uint8 rgb into uint8 interleaved
+     * out without resize stays a 16-byte copy in elements_kernel */
+    const bool copy = !resize && !yuv && es == 1 && oes == 1 && p.layout == kInterleaved;
+    const bool pixels = C == 3 && p.layout != kGeneral && !copy;
+    int64_t al = 16; /* what every line start is aligned to, in bytes */
+    while (al > 1 && ((uintptr_t)a.out % al || (a.out_stride_m * oes) % al ||
+                      (a.out_stride_y * oes) % al ||
+                      (p.layout == kPlanar && (a.out_stride_c * oes) % al)))
+        al /= 2;
+    p.align = (int)al;
 
     /* rows per band: as many as fill the stage budget with their source rows */
     const int64_t row_bytes = yuv ? a.width : a.width * C * es; /* luma / rgb row */
     const int64_t band_bytes = yuv ? a.width + cw : row_bytes;   /* per source row, all planes */
-    const int64_t budget = stage_budget();
+    const int64_t budget = stage_override() ? stage_override()
+                                            : resize && !yuv ? kResizeRgbStageBytes : kStageBytes;
     int64_t rows;
     if (!resize) {
         rows = budget / band_bytes;
@@ -345,14 +584,21 @@ rc_status run(const rc_frames_args &a, cudaStream_t stream) {
         return rc_fail(RC_ERR_VALUE, "gather_frames: output rows of %lld elements are too long "
                        "for the CUDA kernel", (long long)(Wo * C));
     if (rows * per_row_units > INT32_MAX / 2) rows = (INT32_MAX / 2) / per_row_units;
+    /* shared memory for a band of `rows` output rows; the static table shares the limit */
+    int64_t luma, chroma, smem;
+    for (;;) {
+        int64_t span = resize ? (int64_t)((double)(rows - 1) * p.sy) + 4 : rows;
+        if (span > a.height) span = a.height;
+        const int64_t cspan = span / 2 + 2 < ch ? span / 2 + 2 : ch;
+        /* +32: the 16-byte window around a range reaches up to 15 bytes past either end */
+        luma = round16(span * row_bytes + 32);
+        chroma = yuv ? round16(cspan * cw + 32) : 0;
+        smem = luma + 2 * chroma;
+        if (smem <= kMaxStageBytes - kTableBytes || rows == 1) break;
+        rows--;
+    }
     p.rows = (int)rows;
-    int64_t span = resize ? (int64_t)((double)(rows - 1) * p.sy) + 4 : rows;
-    if (span > a.height) span = a.height;
-    const int64_t cspan = span / 2 + 2 < ch ? span / 2 + 2 : ch;
-    /* +32: the 16-byte window around a range reaches up to 15 bytes past either end */
-    const int64_t luma = round16(span * row_bytes + 32), chroma = yuv ? round16(cspan * cw + 32) : 0;
-    const int64_t smem = luma + 2 * chroma;
-    p.stage = smem <= kMaxStageBytes;
+    p.stage = smem <= kMaxStageBytes - kTableBytes;
     p.luma_region = (int)(p.stage ? luma : 0);
     p.chroma_region = (int)(p.stage ? chroma : 0);
     p.bpf = (int)((Ho + rows - 1) / rows);
@@ -361,9 +607,10 @@ rc_status run(const rc_frames_args &a, cudaStream_t stream) {
         return rc_fail(RC_ERR_VALUE, "gather_frames: %lld frames of %lld rows are too many for "
                        "one launch", (long long)a.count, (long long)Ho);
     const int smem_bytes = p.stage ? (int)smem : 0;
-    if (yuv) return launch_out<uint8_t, true>(a, p, resize, blocks, smem_bytes, stream);
-    if (a.storage_dtype == RC_F32) return launch_out<float, false>(a, p, resize, blocks, smem_bytes, stream);
-    return launch_out<uint8_t, false>(a, p, resize, blocks, smem_bytes, stream);
+    if (yuv) return launch_out<uint8_t, true>(a, p, resize, pixels, blocks, smem_bytes, stream);
+    if (a.storage_dtype == RC_F32)
+        return launch_out<float, false>(a, p, resize, pixels, blocks, smem_bytes, stream);
+    return launch_out<uint8_t, false>(a, p, resize, pixels, blocks, smem_bytes, stream);
 }
 
 } // namespace

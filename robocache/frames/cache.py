@@ -1,0 +1,482 @@
+"""The persistent decoded-frame cache: the second load of a stream maps its frames instead of decoding.
+
+Where: ``ROBOCACHE_CACHE_DIR``, else ``$XDG_CACHE_HOME/robocache``, else ``~/.cache/robocache``;
+frame entries live in its ``frames/`` folder, three files each:
+
+    <name>.frames     every frame of the stream, rows back to back: the tier buffer's bytes exactly
+    <name>.times.npy  float64 [N]: every file's frame times (seconds) back to back
+    <name>.json       written last, by rename: {"complete": true, key, spec, counts, sources,
+                      total_bytes, created, checksum, ...}; no JSON, no entry
+
+``name`` = a readable label + a hash of (absolute source paths, decode options, FORMAT_VERSION): one
+slot per stream and options. ``key`` = a hash of the same plus every source's size and mtime_ns,
+recorded in the JSON: a source that changed gives another key, so the entry is stale and is rebuilt
+in the same slot (old versions never pile up). Files are written under temporary names and renamed
+only when complete, so a crash never leaves a valid-looking entry.
+
+The checksum is cheap on purpose (a load must stay >= 10x faster than decoding, and the disk tier
+must not read the whole file to map it): blake2b over the counts, the frame size, the whole times
+file and the first, middle and last frame of every source file. With the size checks it catches a
+truncated or extended data file, a damaged times file or JSON, and any change to a sampled frame;
+a change inside another frame is not detected (docs/frames-ingest.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+_SUBDIR = "frames"
+
+
+class CacheWarning(UserWarning):
+    """An entry was invalid (and is rebuilt), or the cache cannot be written (ingest goes on without it)."""
+
+
+class CacheError(OSError):
+    """The disk tier needs a file in the cache directory and cannot have it (no space, not writable)."""
+
+
+class InvalidEntry(Exception):
+    """An entry that must not be read as data; the message says why."""
+
+
+def cache_dir() -> Path:
+    """The cache root: ``ROBOCACHE_CACHE_DIR``, else ``$XDG_CACHE_HOME/robocache``, else ``~/.cache/robocache``."""
+    env = os.environ.get("ROBOCACHE_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "robocache"
+
+
+def frames_dir() -> Path:
+    return cache_dir() / _SUBDIR
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+# ---------------------------------------------------------------------------------------------
+# names and keys
+
+
+def stat_sources(paths) -> list[dict]:
+    """[{path, size, mtime_ns}] of the source files (absolute paths)."""
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append({"path": os.path.abspath(p), "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)})
+    return out
+
+
+def _digest(obj) -> str:
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def entry_name(paths, options: dict, label: str = "") -> str:
+    """The slot of a stream: label + 16 hex digits of hash(absolute paths, options, FORMAT_VERSION)."""
+    h = _digest({"paths": [os.path.abspath(p) for p in paths], "options": options, "version": FORMAT_VERSION})
+    # no dots: the name is everything before the first dot of the entry's file names
+    label = re.sub(r"[^A-Za-z0-9_-]+", "_", label).strip("_-")[:48]
+    return f"{label}-{h[:16]}" if label else h[:16]
+
+
+def entry_key(sources: list[dict], options: dict) -> str:
+    """hash(every source's absolute path, size and mtime_ns, the decode options, FORMAT_VERSION)."""
+    return _digest({"sources": sources, "options": options, "version": FORMAT_VERSION})
+
+
+# ---------------------------------------------------------------------------------------------
+# checksum
+
+
+def sample_rows(counts) -> list[int]:
+    """The rows the checksum reads: first, middle and last frame of every source file."""
+    rows, off = [], 0
+    for n in np.asarray(counts, np.int64).tolist():
+        if n > 0:
+            rows.extend(sorted({off, off + n // 2, off + n - 1}))
+        off += n
+    return rows
+
+
+def checksum(read_row, counts, frame_bytes: int, times: np.ndarray) -> str:
+    """blake2b of (version, frame_bytes, counts, times, sampled rows); read_row(r) -> bytes of row r."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"robocache-frames-v{FORMAT_VERSION}:{int(frame_bytes)}:".encode())
+    h.update(np.ascontiguousarray(counts, dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(times, dtype="<f8").tobytes())
+    for r in sample_rows(counts):
+        h.update(read_row(r))
+    return h.hexdigest()
+
+
+def _pread_row(fd, frame_bytes):
+    def read(r):
+        b = os.pread(fd, frame_bytes, r * frame_bytes)
+        if len(b) != frame_bytes:
+            raise InvalidEntry(f"truncated (row {r} is past the end of the data file)")
+        return b
+    return read
+
+
+# ---------------------------------------------------------------------------------------------
+# an entry
+
+
+@dataclass
+class Entry:
+    """One slot of the cache; ``meta`` is the parsed JSON once ``validate`` accepted it."""
+
+    name: str
+    root: Path
+    meta: dict | None = None
+
+    @property
+    def data_path(self) -> Path:
+        return self.root / f"{self.name}.frames"
+
+    @property
+    def times_path(self) -> Path:
+        return self.root / f"{self.name}.times.npy"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.root / f"{self.name}.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / f"{self.name}.lock"
+
+    def exists(self) -> bool:
+        return self.meta_path.exists() or self.data_path.exists() or self.times_path.exists()
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Exclusive while one process builds or checks this entry (torchrun ranks loading the same
+        stream on one node decode it once; the others wait and then read it). No-op when the cache
+        directory cannot be written or there is no fcntl."""
+        try:
+            import fcntl
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except (ImportError, OSError):
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def validate(self, key: str, *, spec: dict | None = None, counts=None):
+        """(meta, times) of a complete, current and intact entry; raises InvalidEntry(why) otherwise,
+        FileNotFoundError when there is no entry."""
+        try:
+            raw = self.meta_path.read_bytes()
+        except NotADirectoryError as e:  # the cache dir is a file: there is no entry
+            raise FileNotFoundError(str(e)) from None
+        try:
+            meta = json.loads(raw.decode("utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError("not an object")
+            version, complete = meta["version"], meta["complete"]
+            m_key, m_spec = meta["key"], meta["spec"]
+            m_counts = np.asarray(meta["counts"], dtype=np.int64)
+            total, frame_bytes, digest = int(meta["total_bytes"]), int(m_spec["frame_bytes"]), meta["checksum"]
+        except (ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError and JSONDecodeError included
+            raise InvalidEntry(f"corrupted metadata ({type(e).__name__}: {e})") from None
+        if version != FORMAT_VERSION:
+            raise InvalidEntry(f"written by cache format {version}, this robocache reads {FORMAT_VERSION}")
+        if complete is not True:
+            raise InvalidEntry("incomplete")
+        if m_key != key:
+            raise InvalidEntry("stale (a source file changed since it was written)")
+        if m_counts.ndim != 1 or (m_counts < 0).any() or int(m_counts.sum()) * frame_bytes != total:
+            raise InvalidEntry("corrupted metadata (counts and total_bytes disagree)")
+        if spec is not None and {k: m_spec.get(k) for k in spec} != spec:
+            raise InvalidEntry(f"stale (frame format {m_spec} differs from the requested {spec})")
+        if counts is not None and not np.array_equal(np.asarray(counts, np.int64), m_counts):
+            raise InvalidEntry("stale (frame counts differ from the source files')")
+        try:
+            size = self.data_path.stat().st_size
+        except FileNotFoundError:
+            raise InvalidEntry("missing its data file") from None
+        if size != total:
+            raise InvalidEntry(f"truncated (data file has {size} bytes, the entry {total})" if size < total
+                               else f"corrupted (data file has {size} bytes, the entry {total})")
+        try:
+            times = np.load(self.times_path, allow_pickle=False)
+        except Exception as e:  # missing, truncated, not an npy
+            raise InvalidEntry(f"has a damaged times file ({type(e).__name__}: {e})") from None
+        if times.dtype != np.float64 or times.shape != (int(m_counts.sum()),):
+            raise InvalidEntry(f"has a damaged times file ({times.dtype} {times.shape})")
+        with open(self.data_path, "rb") as f:
+            got = checksum(_pread_row(f.fileno(), frame_bytes), m_counts, frame_bytes, times)
+        if got != digest:
+            raise InvalidEntry("corrupted (checksum mismatch)")
+        self.meta = meta
+        return meta, times
+
+    def remove(self) -> None:
+        for p in (self.meta_path, self.data_path, self.times_path):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+
+def open_entry(paths, options: dict, label: str = "") -> Entry:
+    return Entry(entry_name(paths, options, label), frames_dir())
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+class EntryWriter:
+    """Writes one entry's data under a temporary name (rows at any offset, from any thread), then
+    commits it: times file, JSON (with the checksum), renames. ``path`` is the data file (the disk
+    tier maps it). The space is reserved up front (posix_fallocate) so a full disk shows before any
+    decoding. Raises OSError when the directory or the space is not there."""
+
+    BLOCK = 4096  # O_DIRECT alignment of addresses, offsets and sizes (covers 512-byte devices too)
+
+    def __init__(self, root: Path, name: str, nbytes: int, direct: bool = False):
+        self.root, self.name, self.nbytes = Path(root), name, int(nbytes)
+        self.root.mkdir(parents=True, exist_ok=True)
+        _remove_orphans(self.root, name)
+        tag = f".{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        self.path = self.root / f"{name}.frames{tag}"
+        self._times_tmp = self.root / f"{name}.times{tag}.npy"
+        self._meta_tmp = self.root / f"{name}.json{tag}"
+        self._committed = False
+        self.dfd = -1
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            free = shutil.disk_usage(self.root).free
+            if free < self.nbytes:
+                raise OSError(errno.ENOSPC, f"{human_bytes(free)} free")
+            try:
+                os.posix_fallocate(self.fd, 0, self.nbytes) if self.nbytes else None
+            except (AttributeError, OSError) as e:
+                if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                    raise
+                os.ftruncate(self.fd, self.nbytes)  # filesystems without fallocate
+        except BaseException:
+            self.abort()
+            raise
+        # a second descriptor bypassing the page cache (write_direct): writing GBs through the page
+        # cache costs the writer a copy, page allocations and, once dirty pages pile up, the kernel's
+        # throttling; a direct write is a DMA from the buffer. Not every filesystem has it (tmpfs)
+        self.dfd = -1
+        if direct and hasattr(os, "O_DIRECT"):
+            with contextlib.suppress(OSError):
+                self.dfd = os.open(self.path, os.O_WRONLY | os.O_DIRECT)
+
+    @property
+    def direct(self) -> bool:
+        return self.dfd >= 0
+
+    def write_direct(self, offset: int, data) -> None:
+        """Like write, through O_DIRECT: offset, the buffer's address and its size must be multiples
+        of BLOCK (the caller keeps to that; the last partial block goes through write)."""
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.dfd, view[done:done + (64 << 20)], offset + done)
+
+    def write(self, offset: int, data) -> None:
+        """data (a buffer) at byte offset; os.pwrite releases the GIL."""
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], offset + done)
+
+    def commit(self, *, key: str, spec: dict, counts, times: np.ndarray, sources: list[dict],
+               options: dict) -> Path:
+        """Writes the times and the JSON, renames all three into place (JSON last). Returns the data path."""
+        counts = np.asarray(counts, np.int64)
+        frame_bytes = int(spec["frame_bytes"])
+        digest = checksum(_pread_row(self.fd, frame_bytes), counts, frame_bytes, times)
+        with open(self._times_tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(times, np.float64), allow_pickle=False)
+        meta = {"complete": True, "version": FORMAT_VERSION, "name": self.name, "key": key, "spec": spec,
+                "counts": counts.tolist(), "frames": int(counts.sum()), "total_bytes": self.nbytes,
+                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "sources": sources, "options": options, "checksum": digest,
+                "checksum_covers": "counts, frame size, times, first/middle/last frame of each source"}
+        self._meta_tmp.write_text(json.dumps(meta, indent=1))
+        self._close_fds()
+        final = self.root / f"{self.name}.frames"
+        # the old entry's JSON goes first: from here until the new JSON lands there is no entry
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / f"{self.name}.json").unlink()
+        os.replace(self.path, final)
+        os.replace(self._times_tmp, self.root / f"{self.name}.times.npy")
+        os.replace(self._meta_tmp, self.root / f"{self.name}.json")
+        self.path, self._committed = final, True
+        return final
+
+    def _close_fds(self) -> None:
+        for attr in ("dfd", "fd"):
+            fd = getattr(self, attr, -1)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, attr, -1)
+
+    def abort(self) -> None:
+        """Removes the temporary files (no-op after commit)."""
+        self._close_fds()
+        if self._committed:
+            return
+        for p in (self.path, self._times_tmp, self._meta_tmp):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _remove_orphans(root: Path, name: str) -> None:
+    """Temporary files of this entry left by a build whose process is gone (killed mid-ingest):
+    they can be as large as the entry. Called with the entry's lock held."""
+    for p in root.glob(f"{name}.*.tmp*"):
+        parts = p.name.split(".")
+        try:
+            pid = int(parts[-4] if p.name.endswith(".tmp.npy") else parts[-3])
+        except (ValueError, IndexError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (another host's process with this pid: left alone)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# listing and clearing (python -m robocache cache list | clear)
+
+
+def list_entries() -> list[dict]:
+    """Every entry in the cache: {name, path, bytes, frames, sources, created, status}; status is
+    "ok" (complete; whether it is current is decided when it is loaded), "incomplete" (data without
+    JSON, or a temporary file of a build in progress or crashed) or "corrupted" (unreadable JSON)."""
+    root = frames_dir()
+    if not root.is_dir():
+        return []
+    names: dict[str, dict] = {}
+    for p in sorted(root.iterdir()):
+        if p.suffix == ".lock":
+            continue
+        name = p.name.split(".", 1)[0]
+        e = names.setdefault(name, {"name": name, "path": str(root / f"{name}.frames"), "bytes": 0, "frames": 0,
+                                    "sources": [], "created": None, "status": "incomplete"})
+        with contextlib.suppress(OSError):
+            e["bytes"] += p.stat().st_size
+        if p.name == f"{name}.json":
+            try:
+                meta = json.loads(p.read_text())
+                e.update(frames=int(meta.get("frames", 0)), created=meta.get("created"),
+                         sources=[s["path"] for s in meta.get("sources", [])],
+                         status="ok" if meta.get("complete") is True else "incomplete")
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                e["status"] = "corrupted"
+    return list(names.values())
+
+
+def clear(names=None, *, all: bool = False) -> list[str]:
+    """Removes entries: ``all=True`` every one (lock files included), else those whose name is in
+    ``names`` or starts with one of them (the hash part alone also matches). Returns the removed names;
+    KeyError naming what matched nothing."""
+    root = frames_dir()
+    if not all and not names:
+        raise ValueError("clear: pass entry names, or all=True")
+    entries = {e["name"] for e in list_entries()}
+    if all:
+        chosen = set(entries)
+    else:
+        chosen = set()
+        for want in names:
+            hit = {n for n in entries if n == want or n.startswith(want) or n.rsplit("-", 1)[-1].startswith(want)}
+            if not hit:
+                raise KeyError(f"no cache entry matches {want!r} in {root}")
+            chosen |= hit
+    for p in (root.iterdir() if root.is_dir() else ()):
+        # all: every file, lock files and leftovers of crashed builds too; else the entry's files
+        # (its lock stays: another process may hold it)
+        if all or (p.name.split(".", 1)[0] in chosen and p.suffix != ".lock"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+    return sorted(chosen)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+
+def main(argv=None) -> int:
+    """``python -m robocache cache list [--json] | clear (--all | NAME...) | dir``"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m robocache cache",
+                                     description="The decoded-frame cache (ROBOCACHE_CACHE_DIR, "
+                                                 "$XDG_CACHE_HOME/robocache or ~/.cache/robocache).")
+    sub = parser.add_subparsers(dest="action", required=True)
+    p_list = sub.add_parser("list", help="entries: name, status, frames, size, created, sources")
+    p_list.add_argument("--json", action="store_true", help="one JSON list instead of a table")
+    p_clear = sub.add_parser("clear", help="remove entries")
+    p_clear.add_argument("names", nargs="*", metavar="NAME", help="entry names (or a prefix, or the hash part)")
+    p_clear.add_argument("--all", action="store_true", help="remove every entry")
+    sub.add_parser("dir", help="print the cache directory")
+    args = parser.parse_args(argv)
+
+    if args.action == "dir":
+        print(cache_dir())
+        return 0
+    if args.action == "list":
+        entries = list_entries()
+        if args.json:
+            print(json.dumps(entries, indent=1))
+            return 0
+        print(f"{frames_dir()}: {len(entries)} entries, {human_bytes(sum(e['bytes'] for e in entries))}")
+        for e in entries:
+            src = e["sources"]
+            where = (f"{len(src)} files in {os.path.dirname(src[0])}" if src else "-")
+            print(f"  {e['name']:<44} {e['status']:<10} {e['frames']:>9} frames {human_bytes(e['bytes']):>10}  "
+                  f"{e['created'] or '-':<25} {where}")
+        return 0
+    if not args.all and not args.names:
+        parser.error("clear: name entries to remove, or pass --all")
+    if args.all and args.names:
+        parser.error("clear: pass --all or names, not both")
+    try:
+        removed = clear(args.names, all=args.all)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=__import__("sys").stderr)
+        return 1
+    print(f"removed {len(removed)} entries" + (": " + ", ".join(removed) if removed else ""))
+    return 0

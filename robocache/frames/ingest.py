@@ -1,0 +1,883 @@
+"""Video files -> decoded frames in their final buffer, in parallel, with a persistent cache.
+
+One image stream = one video file per episode. ``probe_videos`` reads the files' metadata (no
+decoding) into a ``FrameSpec`` and per-file frame counts: the memory plan is made from it.
+``ingest_videos`` decodes every file straight into its rows of the tier's buffer:
+
+    tier "device"  torch uint8 CUDA tensor; each worker decodes into its own pinned staging ring
+                   (STAGE_BYTES), each full ring goes to the device by an async copy on the worker's
+                   stream (and to the cache file meanwhile)
+    tier "host"    torch uint8 CPU tensor, pinned when torch sees a CUDA device; files are decoded
+                   into it in place (then written to the cache file from there)
+    tier "disk"    torch CPU tensor over a memory map of the cache file; each worker decodes into a
+                   staging ring written to the file with pwrite (decoding into a writable map would
+                   count every written page in the process's RSS)
+
+Frames from PyAV stay YUV 4:2:0 as the decoder hands them back (``format="yuv420"``, one row of
+``H*W + 2*ceil(H/2)*ceil(W/2)`` bytes per frame: Y, then U, then V, no padding); the batch converts
+them to RGB on the device with ``spec.matrix`` / ``spec.full_range``. OpenCV and torchvision hand
+back RGB (``format="rgb"``, rows [H, W, 3]). Rules for other sources: docs/frames-ingest.md.
+
+Benchmark: ``python benchmarks/bench_ingest.py`` (frames/s against PyAV alone on the same cores).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..readers._common import ReaderError, require
+from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_codec, _times_or_index, count_frames,
+                             decode_video, opencv_codec_error, probe_video, resolve_backend)
+from . import cache as _cache
+
+TIERS = ("device", "host", "disk")
+
+# PyAV decoder threading: frame + slice threads, thread count chosen by FFmpeg/dav1d (all cores).
+# Measured on 2 cores (docs/frames-ingest.md): one file per core, each decoder free to use every
+# core, beats one thread per decoder (dav1d single-threaded leaves its post-filters unpipelined)
+# and one decoder with all threads (its per-frame serial parts idle the other core).
+THREAD_TYPE = "AUTO"
+DECODER_THREADS = int(os.environ.get("ROBOCACHE_DECODER_THREADS", "0"))  # 0 = the decoder's own choice
+STAGE_BYTES = 32 << 20  # per-worker staging ring of tiers device and disk
+UPLOAD_CHUNK = 64 << 20  # cache -> device: two pinned chunks of this size
+POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    """The geometry of a stream's stored frames (after resize).
+
+    format      "yuv420": one row of ``frame_bytes`` = H*W + 2*ch*cw bytes per frame (Y plane H x W,
+                then U, then V, each ch x cw with ch = (H+1)//2, cw = (W+1)//2, no padding);
+                "rgb": rows [H, W, 3] uint8
+    height, width, channels (3)
+    matrix      "bt601" | "bt709" | "bt2020": the matrix that turns the stored YUV into the RGB PyAV's
+                ``to_ndarray(format="rgb24")`` gives; for "rgb" the source's, informational ("" when
+                the backend converted without saying how)
+    full_range  True: Y/U/V span 0-255 (JPEG range); False: limited (Y 16-235, U/V 16-240)
+    frame_bytes bytes per stored frame
+    """
+
+    format: str
+    height: int
+    width: int
+    channels: int
+    matrix: str
+    full_range: bool
+    frame_bytes: int
+
+    @classmethod
+    def make(cls, format: str, height: int, width: int, matrix: str = "", full_range: bool = False) -> FrameSpec:
+        if format == "yuv420":
+            nbytes = height * width + 2 * ((height + 1) // 2) * ((width + 1) // 2)
+        elif format == "rgb":
+            nbytes = height * width * 3
+        else:
+            raise ValueError(f"format must be 'yuv420' or 'rgb', got {format!r}")
+        return cls(format, int(height), int(width), 3, matrix, bool(full_range), int(nbytes))
+
+    @property
+    def chroma_shape(self) -> tuple[int, int]:
+        return (self.height + 1) // 2, (self.width + 1) // 2
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """Shape of one frame in the tier buffer: (frame_bytes,) for yuv420, (H, W, 3) for rgb."""
+        return (self.frame_bytes,) if self.format == "yuv420" else (self.height, self.width, 3)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Ingested:
+    """What ``ingest_videos`` produced. ``data`` rows of all files back to back in the order of
+    ``paths``; file i is rows ``offsets[i]:offsets[i+1]``; ``times[i]`` its frame times (seconds)."""
+
+    data: object  # torch.Tensor [N, frame_bytes] (yuv420) or [N, H, W, 3] (rgb)
+    counts: np.ndarray
+    offsets: np.ndarray
+    times: list
+    spec: FrameSpec
+    from_cache: bool
+    cache_path: str | None
+    seconds: float
+    frames_per_s: float
+    tier: str = ""
+    infos: list = field(default_factory=list, repr=False)
+
+    def __repr__(self):
+        d = self.data
+        where = f"{getattr(d, 'device', 'cpu')}" + (" pinned" if getattr(d, "is_pinned", lambda: False)() else "")
+        return (f"Ingested({len(self.counts)} files, {int(self.offsets[-1])} frames {self.spec.format} "
+                f"{self.spec.height}x{self.spec.width}, tier {self.tier!r} ({where}), "
+                f"{'from cache' if self.from_cache else 'decoded'} in {self.seconds:.2f} s "
+                f"({self.frames_per_s:.0f} frames/s))")
+
+
+# ---------------------------------------------------------------------------------------------
+# probing
+
+
+def _output_format(info: VideoInfo, backend: str) -> str:
+    if backend != "pyav":
+        return "rgb"  # OpenCV and torchvision convert to RGB themselves
+    # RGB-family sources (lossless RGB codecs) would lose color through 4:2:0; everything else
+    # (8-bit 4:2:0 as is; 10-bit, 4:2:2, 4:4:4 reformatted by swscale) is stored as yuv420p
+    return "rgb" if info.pix_fmt in RGB_PIX_FMTS else "yuv420"
+
+
+def _file_spec(info: VideoInfo, resize, backend: str) -> FrameSpec:
+    h, w = resize if resize is not None else (info.height, info.width)
+    if not (h > 0 and w > 0):
+        raise ReaderError(f"{info.path}: the video reports a frame size of {info.width}x{info.height}")
+    return FrameSpec.make(_output_format(info, backend), h, w, info.matrix, info.full_range)
+
+
+def probe_videos(paths, *, resize=None, backend: str = "auto", workers: int | None = None
+                 ) -> tuple[FrameSpec, np.ndarray, list[VideoInfo]]:
+    """Metadata of every file of ONE stream (one file per episode), read without decoding.
+
+    Returns (spec, counts, infos): the frames' geometry after ``resize``, the frames each file will
+    give (int64 [E]: the container's declared count; where it declares none, its video packets
+    counted without decoding), and each file's ``VideoInfo``. Raises ReaderError naming the file
+    when a file is missing or unreadable, or when its size (without ``resize``), format or color
+    facts differ from the first file's.
+    """
+    paths = _as_paths(paths)
+    resize = _check_resize(resize)
+    name = resolve_backend(backend)
+    _check_present(paths)
+    n = len(paths)
+    workers = min(n, workers or max(4, cpu_count()), 32)  # opening containers is mostly waiting on I/O
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-probe") as pool:
+            infos = list(pool.map(lambda p: probe_video(p, backend=name), paths))
+    else:
+        infos = [probe_video(p, backend=name) for p in paths]
+    specs = [_file_spec(info, resize, name) for info in infos]
+    first = specs[0]
+    for info, spec in zip(infos, specs):
+        if spec != first:
+            diff = ", ".join(f"{k} {getattr(spec, k)!r} (first file: {getattr(first, k)!r})"
+                             for k in ("format", "height", "width", "matrix", "full_range")
+                             if getattr(spec, k) != getattr(first, k))
+            hint = " (pass resize=(height, width) to bring every file to one size)" \
+                if spec.height != first.height or spec.width != first.width else ""
+            raise ReaderError(f"{info.path}: {diff}; every file of one stream must give frames of one size "
+                              f"and format as {paths[0]} does{hint}")
+    counts = np.empty(n, np.int64)
+    for i, info in enumerate(infos):
+        counts[i] = info.frames if info.frames > 0 else (count_frames(info.path) if name != "opencv" else 0)
+        if counts[i] <= 0:
+            raise ReaderError(f"{info.path}: the container declares no frames ({name}); the file is empty, "
+                              f"corrupt or truncated")
+    return first, counts, infos
+
+
+def _as_paths(paths) -> list[str]:
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError("paths must be a list of video files (one per episode), not one path")
+    out = [os.path.abspath(os.fspath(p)) for p in paths]
+    if not out:
+        raise ValueError("paths is empty: pass one video file per episode")
+    return out
+
+
+def _check_present(paths):
+    lost = [p for p in paths if not os.path.isfile(p)]
+    if lost:
+        more = f" ({len(lost)} of {len(paths)} files are missing)" if len(lost) > 1 else ""
+        raise ReaderError(f"{lost[0]}: video file not found{more}")
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding one file into rows
+
+
+def _copy_plane(plane, dst: np.ndarray, h: int, w: int) -> None:
+    """A decoder plane (rows of line_size >= w bytes, alignment padding at the end) into dst [h*w]."""
+    src = np.frombuffer(plane, np.uint8)
+    ls = plane.line_size
+    if ls == w:
+        dst[:] = src[:h * w]
+        return
+    if len(src) < (h - 1) * ls + w:
+        raise ValueError(f"plane of {len(src)} bytes is short for {h} rows of {w} (line size {ls})")
+    np.copyto(dst.reshape(h, w), np.lib.stride_tricks.as_strided(src, (h, w), (ls, 1)))
+
+
+class _Ticker:
+    """Frames done, for the progress bar; updated every few frames (tqdm takes a lock)."""
+
+    def __init__(self, bar, every=16):
+        self.bar, self.every, self.pending = bar, every, 0
+
+    def __call__(self, n=1):
+        if self.bar is None:
+            return
+        self.pending += n
+        if self.pending >= self.every:
+            self.bar.update(self.pending)
+            self.pending = 0
+
+    def flush(self):
+        if self.bar is not None and self.pending:
+            self.bar.update(self.pending)
+            self.pending = 0
+
+
+class _Rows:
+    """Where one file's decoded frames go: ``row(i)`` is frame i's destination (a writable uint8
+    view of frame_bytes). Direct: the file's rows of the final buffer. Staged (tiers device and
+    disk): a ring of ``len(buf)`` rows, handed to ``flush(first_row, rows)`` whenever it is full
+    and at the end, so a worker holds a few MB, not a whole file."""
+
+    def __init__(self, n: int, buf: np.ndarray, flush=None):
+        self.n, self.buf, self.flush, self.flushed = n, buf, flush, 0
+
+    def __len__(self):
+        return self.n
+
+    def row(self, i: int) -> np.ndarray:
+        if self.flush is None:
+            return self.buf[i]
+        k = len(self.buf)
+        if i - self.flushed == k:  # the ring is full: hand it over before frame i reuses it
+            self.flush(self.flushed, self.buf)
+            self.flushed = i
+        return self.buf[i - self.flushed]
+
+    def finish(self, decoded: int) -> None:
+        if self.flush is not None and decoded > self.flushed:
+            self.flush(self.flushed, self.buf[:decoded - self.flushed])
+            self.flushed = decoded
+
+
+def _decode_pyav_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, stop) -> np.ndarray:
+    """Every frame of `path` into out [n, frame_bytes] (row i = frame i); returns its times."""
+    av = require("av", "lerobot", "video decoding with PyAV")
+    H, W = spec.height, spec.width
+    n = len(out)
+    yuv = spec.format == "yuv420"
+    ch, cw = spec.chroma_shape
+    y_end, u_end = H * W, H * W + ch * cw
+    accept = ("yuv420p", "yuvj420p") if yuv else ("rgb24",)
+    reformatter = None
+    times = []
+    i = 0
+    try:
+        with av.open(path, mode="r") as container:
+            stream = container.streams.video[0]
+            stream.thread_type = THREAD_TYPE
+            stream.codec_context.thread_count = threads
+            fps = float(stream.average_rate) if stream.average_rate else None
+            for frame in container.decode(stream):
+                if stop.is_set():
+                    return None
+                if i == n:
+                    raise ReaderError(f"{path}: decodes to more than the {n} frames the container declares "
+                                      f"(pyav); its header is inconsistent (re-encode or remux the file)")
+                if frame.format.name not in accept or frame.width != W or frame.height != H:
+                    if reformatter is None:
+                        from av.video.reformatter import VideoReformatter
+                        reformatter = VideoReformatter()
+                    # yuv420p keeping the source's matrix and range (swscale does no color math
+                    # YUV->YUV); rgb24 as decode_video makes it
+                    kw = {"dst_color_range": 2 if spec.full_range else 1} if yuv else {}
+                    try:
+                        frame = reformatter.reformat(frame, width=W, height=H,
+                                                     format="yuv420p" if yuv else "rgb24", **kw)
+                    except TypeError:  # PyAV < 12 has no color-range arguments (and keeps the range)
+                        frame = reformatter.reformat(frame, width=W, height=H, format="yuv420p" if yuv else "rgb24")
+                row = out.row(i)
+                if yuv:
+                    planes = frame.planes
+                    _copy_plane(planes[0], row[:y_end], H, W)
+                    _copy_plane(planes[1], row[y_end:u_end], ch, cw)
+                    _copy_plane(planes[2], row[u_end:], ch, cw)
+                else:
+                    _copy_plane(frame.planes[0], row.reshape(-1), H, W * 3)
+                times.append(frame.time if frame.time is not None else np.nan)
+                i += 1
+                tick()
+    except ReaderError:
+        raise
+    except Exception as e:  # av.error.* (InvalidDataError, EOFError...), OSError
+        raise ReaderError(f"{path}: cannot decode video with PyAV: {e}") from e
+    if i < n:
+        raise ReaderError(f"{path}: decoded {i} of the {n} frames the container declares (pyav); the file is "
+                          f"truncated or corrupt")
+    return _times_or_index(times, n, fps, path)
+
+
+def _decode_opencv_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, stop) -> np.ndarray:
+    cv2 = require("cv2", "lerobot", "video decoding with OpenCV (pip install opencv-python-headless)")
+    H, W = spec.height, spec.width
+    n = len(out)
+    cap = cv2.VideoCapture(path)
+    times = []
+    i = 0
+    try:
+        if not cap.isOpened():
+            raise ReaderError(f"{path}: OpenCV cannot open the video (corrupt or truncated?)")
+        fps = cap.get(cv2.CAP_PROP_FPS) or None
+        codec = _opencv_codec(cv2, cap, path)
+        while not stop.is_set():
+            ok, img = cap.read()
+            if not ok or img is None:
+                break
+            if i == n:
+                raise ReaderError(f"{path}: decodes to more than the {n} frames the container declares "
+                                  f"(opencv); its header is inconsistent (re-encode or remux the file)")
+            times.append(cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0)
+            if img.shape[:2] != (H, W):
+                img = cv2.resize(img, (W, H), interpolation=cv2.INTER_AREA)
+            cv2.cvtColor(img, cv2.COLOR_BGR2RGB, dst=out.row(i).reshape(H, W, 3))
+            i += 1
+            tick()
+    finally:
+        cap.release()
+    if stop.is_set():
+        return None
+    if i == 0:
+        raise ReaderError(opencv_codec_error(path, codec, n))
+    if i < n:
+        raise ReaderError(f"{path}: decoded {i} of the {n} frames the container declares (opencv); the file is "
+                          f"truncated or corrupt")
+    return _times_or_index(times, n, fps, path)
+
+
+def _decode_torchvision_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, stop) -> np.ndarray:
+    # torchvision.io reads a whole file at once: one file in flight per worker, copied into the rows
+    frames, times = decode_video(path, backend="torchvision")
+    if frames.shape[1:3] != (spec.height, spec.width):  # resize only when asked (it is not the identity)
+        frames, times = decode_video(path, resize=(spec.height, spec.width), backend="torchvision")
+    if len(frames) != len(out):
+        raise ReaderError(f"{path}: decoded {len(frames)} frames, the container declares {len(out)} "
+                          f"(torchvision); the file is truncated, corrupt or its header is inconsistent")
+    for i, frame in enumerate(frames):
+        out.row(i)[:] = frame.reshape(-1)
+    tick(len(frames))
+    return times
+
+
+_DECODE_INTO = {"pyav": _decode_pyav_into, "opencv": _decode_opencv_into, "torchvision": _decode_torchvision_into}
+
+
+# ---------------------------------------------------------------------------------------------
+# the tiers' buffers
+
+
+def _torch():
+    return require("torch", "torch", "robocache.frames (frame ingest)")
+
+
+def _resolve_device(torch, tier, device):
+    if tier != "device":
+        if device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"device={device!r} is for tier='device'; tier={tier!r} keeps frames on the CPU")
+        return None
+    dev = torch.device(device if device is not None else "cuda")
+    if dev.type != "cuda":
+        raise ValueError(f"tier='device' needs a CUDA device, got device={device!r} (use tier='host' on the CPU)")
+    if not torch.cuda.is_available():
+        raise ValueError("tier='device' needs a CUDA device; torch sees none (use tier='host' or 'disk')")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _host_buffer(torch, shape):
+    """A CPU tensor for the host tier: pinned (cudaHostAlloc maps and locks every page) when torch
+    sees a CUDA device; else an anonymous map populated up front (MAP_POPULATE maps all pages in one
+    kernel call, measured 6x faster than taking a page fault per 4 KiB while decoding into it)."""
+    if torch.cuda.is_available():
+        return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+    nbytes = int(np.prod(shape))
+    populate = getattr(mmap, "MAP_POPULATE", 0)
+    if nbytes < POPULATE_MIN_BYTES or not populate:
+        return torch.empty(shape, dtype=torch.uint8)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    return torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map
+
+
+def _np(t):
+    """NumPy view of a CPU tensor (no copy)."""
+    return t.numpy()
+
+
+def _shape(spec: FrameSpec, n: int) -> tuple:
+    return (n,) + spec.row_shape
+
+
+def _map_file(torch, path, spec: FrameSpec, n: int):
+    """torch CPU tensor over a copy-on-write map of the file: reads come from the file (paged in on
+    demand), and a stray write changes only this process's copy, never the cache (a read-only map
+    would turn it into a segfault, since torch tensors are always writable)."""
+    if n == 0:
+        return torch.empty(_shape(spec, 0), dtype=torch.uint8)
+    arr = np.memmap(path, dtype=np.uint8, mode="c", shape=_shape(spec, n))
+    return torch.from_numpy(arr)
+
+
+def _pread_into(fd, dst: np.ndarray, offset: int, pool=None, chunk=64 << 20) -> None:
+    """Fills dst (a contiguous uint8 array) from fd at offset, in chunks (in threads when given a pool:
+    os.preadv releases the GIL, so page-cache copies and page faults run on every core)."""
+    flat = dst.reshape(-1)
+    spans = [(s, min(s + chunk, len(flat))) for s in range(0, len(flat), chunk)]
+
+    def read(span):
+        s, e = span
+        view = memoryview(flat[s:e])
+        done = 0
+        while done < e - s:
+            got = os.preadv(fd, [view[done:]], offset + s + done)
+            if got <= 0:
+                raise _cache.InvalidEntry(f"truncated (read stopped {offset + s + done} bytes in)")
+            done += got
+
+    if pool is None:
+        for span in spans:
+            read(span)
+    else:
+        list(pool.map(read, spans))
+
+
+# ---------------------------------------------------------------------------------------------
+# the public entry point
+
+
+def ingest_videos(paths, *, tier: str, device=None, resize=None, backend: str = "auto", cache: bool = True,
+                  workers: int | None = None, show_progress: bool | None = None, desc: str = "",
+                  spec: FrameSpec | None = None, counts=None) -> Ingested:
+    """Decode the video files of ONE stream (one per episode) into one tier's buffer.
+
+    Parameters
+    ----------
+    paths : list of str or PathLike
+        One file per episode; rows of all files back to back in this order.
+    tier : "device" | "host" | "disk"
+        device: a torch uint8 CUDA tensor on ``device`` (default: the current CUDA device);
+        host: a torch uint8 CPU tensor, pinned when torch sees a CUDA device;
+        disk: a torch CPU tensor over a memory map of the cache file (paged in on demand).
+    resize : (height, width), optional
+        Resized while decoding (PyAV's swscale, bilinear; to yuv420p keeping the color facts).
+    backend : "auto" | "pyav" | "opencv" | "torchvision"
+        PyAV gives YUV 4:2:0 frames, the others RGB (``spec.format``).
+    cache : bool
+        Read a valid cache entry instead of decoding, and write one after decoding. False neither
+        reads nor writes (tier "disk" still needs a file: a temporary one, deleted once mapped).
+    workers : int, optional
+        Files decoded at once (default: one per core, at most one per file).
+    show_progress : bool, optional
+        A progress bar in frames/s (default: when stderr is a TTY; tqdm needed).
+    desc : str
+        Label of the bar and of the cache entry (e.g. the stream's key).
+    spec, counts : optional
+        What ``probe_videos`` returned, when the caller already has it (the memory plan): saves
+        probing the files again. A cache entry made with another spec or counts is rebuilt.
+
+    Returns
+    -------
+    Ingested
+
+    Raises ReaderError naming the file when one is missing, unreadable, truncated or decodes to a
+    frame count other than its container declares, or when files of the stream differ in size or
+    format; CacheError when tier "disk" cannot have its file (naming the directory and the bytes).
+    """
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    torch = _torch()  # before the clock starts: the first import of torch takes seconds
+    t_start = time.perf_counter()
+    paths = _as_paths(paths)
+    resize = _check_resize(resize)
+    name = resolve_backend(backend)
+    _check_present(paths)
+    dev = _resolve_device(torch, tier, device)
+    if (spec is None) != (counts is None):
+        raise ValueError("pass spec and counts together (both from probe_videos), or neither")
+    if spec is not None:
+        if not isinstance(spec, FrameSpec):
+            raise TypeError(f"spec must be a FrameSpec (from probe_videos), got {type(spec).__name__}")
+        counts = np.asarray(counts, dtype=np.int64)
+        if counts.shape != (len(paths),) or (counts <= 0).any():
+            raise ValueError(f"counts must hold one positive frame count per file ({len(paths)}), got {counts!r}")
+    options = {"resize": list(resize) if resize else None, "backend": name}
+    label = desc or os.path.basename(os.path.dirname(paths[0]))
+
+    entry = _cache.open_entry(paths, options, label) if cache else None
+    with entry.lock() if entry is not None else contextlib.nullcontext():
+        if entry is not None:
+            hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
+            if hit is not None:
+                return _finish(hit, t_start)
+        infos = []
+        if spec is None:
+            spec, counts, infos = probe_videos(paths, resize=resize, backend=name, workers=workers)
+        res = _decode_all(torch, paths, spec, counts, tier=tier, dev=dev, backend=name, entry=entry,
+                          options=options, workers=workers, show_progress=show_progress,
+                          desc=desc or label)
+        res.infos = infos
+        return _finish(res, t_start)
+
+
+def _finish(res: Ingested, t_start: float) -> Ingested:
+    res.seconds = time.perf_counter() - t_start
+    res.frames_per_s = float(res.offsets[-1]) / res.seconds if res.seconds > 0 else float("inf")
+    return res
+
+
+def _offsets(counts) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def _split_times(times: np.ndarray, offsets) -> list:
+    return [times[offsets[i]:offsets[i + 1]].copy() for i in range(len(offsets) - 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# from the cache
+
+
+def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers):
+    """An Ingested from a valid entry, or None (no entry; or an invalid one: warned about, removed)."""
+    try:
+        sources = _cache.stat_sources(paths)
+        key = _cache.entry_key(sources, options)
+        meta, times = entry.validate(key, spec=spec.to_dict() if spec is not None else None, counts=counts)
+    except FileNotFoundError:
+        return None
+    except _cache.InvalidEntry as e:
+        _cache.warn(f"robocache cache entry {entry.meta_path} is {e}; decoding again and rebuilding it")
+        entry.remove()
+        return None
+    except OSError as e:  # unreadable cache dir: go on without it
+        _cache.warn(f"robocache cannot read its cache in {entry.root} ({e}); decoding")
+        return None
+    m = meta["spec"]
+    spec = FrameSpec(m["format"], int(m["height"]), int(m["width"]), int(m["channels"]), m["matrix"],
+                     bool(m["full_range"]), int(m["frame_bytes"]))
+    counts = np.asarray(meta["counts"], np.int64)
+    offsets = _offsets(counts)
+    n = int(offsets[-1])
+    if tier == "disk":
+        data = _map_file(torch, entry.data_path, spec, n)
+    else:
+        with open(entry.data_path, "rb") as f:
+            if tier == "host":
+                data = _host_buffer(torch, _shape(spec, n))
+                with ThreadPoolExecutor(min(4, cpu_count()), thread_name_prefix="robocache-read") as pool:
+                    _pread_into(f.fileno(), _np(data), 0, pool)
+            else:
+                data = _upload(torch, f.fileno(), spec, n, dev)
+    return Ingested(data=data, counts=counts, offsets=offsets, times=_split_times(times, offsets), spec=spec,
+                    from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
+
+
+def _upload(torch, fd, spec, n, dev):
+    """The file's rows to a new device tensor, through two pinned chunk buffers: reading chunk k+1
+    overlaps the copy of chunk k (on a side stream; the host waits on its own events only)."""
+    data = torch.empty(_shape(spec, n), dtype=torch.uint8, device=dev)
+    flat = data.view(-1)
+    total = n * spec.frame_bytes
+    if total == 0:
+        return data
+    chunk = max(spec.frame_bytes, UPLOAD_CHUNK // spec.frame_bytes * spec.frame_bytes)
+    bufs = [torch.empty(min(chunk, total), dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+    events = [None, None]
+    stream = torch.cuda.Stream(dev)
+    for k, start in enumerate(range(0, total, chunk)):
+        size = min(chunk, total - start)
+        b = k % 2
+        if events[b] is not None:
+            events[b].synchronize()  # the copy that last read this buffer is done
+        _pread_into(fd, _np(bufs[b])[:size], start)
+        with torch.cuda.stream(stream):
+            flat[start:start + size].copy_(bufs[b][:size], non_blocking=True)
+            events[b] = stream.record_event()
+    stream.synchronize()
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding
+
+
+def _progress_bar(total, desc, enable):
+    if enable is None:
+        enable = sys.stderr.isatty() and not os.environ.get("ROBOCACHE_NO_PROGRESS")
+    if not enable:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc or "decoding", unit="frame", unit_scale=False, leave=False, smoothing=0.1)
+
+
+def _open_writer(entry, name, nbytes, tier, required, direct=False):
+    """An EntryWriter in the cache dir, or None (warned) when it cannot be had and is not required;
+    tier "disk" requires it: CacheError naming the directory and the bytes."""
+    root = entry.root if entry is not None else _cache.frames_dir()
+    try:
+        return _cache.EntryWriter(root, name, nbytes, direct=direct)
+    except OSError as e:
+        if required:
+            raise _cache.CacheError(
+                e.errno, f"tier='disk' needs a {_cache.human_bytes(nbytes)} ({nbytes} bytes) file for the decoded "
+                f"frames in {root}, and cannot have it ({e.strerror or e}): free space there, point "
+                f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host' (or resize)") from e
+        _cache.warn(f"robocache cannot write its cache in {root} ({e.strerror or e}; {_cache.human_bytes(nbytes)} "
+                    f"needed); going on without a cache")
+        return None
+
+
+class _PrefixWriter:
+    """Writes the host buffer to the cache file as a growing prefix: once files 0..k are decoded, the
+    bytes up to the end of file k go out; through O_DIRECT in whole blocks when the writer has it and
+    the buffer is block-aligned (the last partial block through the page cache). Runs on one thread;
+    a failure (disk full) goes to ``failed`` and stops the writing, the ingest goes on."""
+
+    def __init__(self, writer, host: np.ndarray, offsets, fb: int, failed: list):
+        self.writer, self.flat, self.failed = writer, host.reshape(-1), failed
+        self.ends = [int(o) * fb for o in offsets[1:]]
+        self.done_files = [False] * len(self.ends)
+        self.next_file, self.written = 0, 0
+        self.block = writer.BLOCK
+        self.direct = writer.direct and self.flat.ctypes.data % self.block == 0
+
+    def _write(self, upto: int) -> None:
+        if self.failed or upto <= self.written:
+            return
+        try:
+            if self.direct:
+                aligned = upto // self.block * self.block
+                if aligned > self.written:
+                    try:
+                        self.writer.write_direct(self.written, self.flat[self.written:aligned])
+                        self.written = aligned
+                    except OSError as e:
+                        if e.errno != errno.EINVAL:
+                            raise
+                        self.direct = False  # the filesystem refused O_DIRECT after all: page cache
+                if self.direct and upto < self.ends[-1]:
+                    return  # the partial block waits for the next file
+            self.writer.write(self.written, self.flat[self.written:upto])
+            self.written = upto
+        except OSError as e:
+            self.failed.append(e)
+
+    def done(self, i: int) -> None:
+        self.done_files[i] = True
+        while self.next_file < len(self.ends) and self.done_files[self.next_file]:
+            self.next_file += 1
+        if self.next_file:
+            self._write(self.ends[self.next_file - 1])
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _write_direct(nbytes: int) -> bool:
+    """Whether the host tier writes its cache file with O_DIRECT: when the entry is large against the
+    memory left (> 1/4 of MemAvailable, measured after the host buffer is allocated). Through the page
+    cache, a small entry stays cached and the next load reads it at memory speed; a large one could
+    not stay (the frames themselves fill the RAM), so copying it there would only cost CPU and evict
+    other files. ROBOCACHE_CACHE_DIRECT=1 / 0 forces either."""
+    env = os.environ.get("ROBOCACHE_CACHE_DIRECT")
+    if env in ("0", "1"):
+        return env == "1"
+    avail = _mem_available()
+    return avail is not None and nbytes > avail // 4
+
+
+def _stat_or_none(paths):
+    try:
+        return _cache.stat_sources(paths)
+    except OSError:
+        return None
+
+
+def _errors(futures) -> list:
+    return [f.exception() for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
+
+
+def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, options, workers, show_progress,
+                desc) -> Ingested:
+    counts = np.asarray(counts, np.int64)
+    offsets = _offsets(counts)
+    n_total = int(offsets[-1])
+    fb = spec.frame_bytes
+    nbytes = n_total * fb
+    workers = max(1, min(int(workers or cpu_count()), len(paths)))
+    threads = DECODER_THREADS
+
+    # the sources as they were when decoding began: the entry's key must describe the bytes decoded
+    sources = _cache.stat_sources(paths) if entry is not None else None
+    data = None
+    if tier == "host":
+        data = _host_buffer(torch, _shape(spec, n_total))
+        host = _np(data).reshape(n_total, fb)
+    elif tier == "device":
+        data = torch.empty(_shape(spec, n_total), dtype=torch.uint8, device=dev)
+
+    writer = None
+    if entry is not None or tier == "disk":
+        writer = _open_writer(entry, entry.name if entry is not None else "nocache", nbytes, tier,
+                              required=(tier == "disk"), direct=(tier == "host" and _write_direct(nbytes)))
+    write_failed = []
+    stage_rows = max(1, min(int(counts.max()), STAGE_BYTES // fb))
+    local = threading.local()
+
+    def staging():
+        # a ring of rows per worker (tiers device and disk): the host memory of the files in flight
+        if getattr(local, "buf", None) is None:
+            local.buf = torch.empty((stage_rows, fb), dtype=torch.uint8, pin_memory=(tier == "device"))
+            local.stream = torch.cuda.Stream(dev) if tier == "device" else None
+        return local.buf, local.stream
+
+    stop = threading.Event()
+    bar = _progress_bar(n_total, desc, show_progress)
+    decode_into = _DECODE_INTO[backend]
+    # host tier: the cache file is written by a thread of its own from the final buffer (a slow disk
+    # never holds a decoder back), in file order as the files before are done
+    writes = ThreadPoolExecutor(1, thread_name_prefix="robocache-cache-write") \
+        if tier == "host" and writer is not None else None
+    pending = []
+    prefix = _PrefixWriter(writer, host, offsets, fb, write_failed) if writes is not None else None
+
+    def save(first_row: int, rows: np.ndarray) -> None:
+        """rows (decoded frames first_row...) to the cache / disk-tier file."""
+        if writer is None or write_failed:
+            return
+        try:
+            writer.write(first_row * fb, rows)
+        except OSError as e:
+            if tier == "disk":
+                raise _cache.CacheError(
+                    e.errno, f"tier='disk' could not write {_cache.human_bytes(nbytes)} ({nbytes} bytes) of "
+                    f"decoded frames to {writer.root} ({e.strerror or e}): free space there, point "
+                    f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host'") from e
+            write_failed.append(e)
+
+    def work(i):
+        if stop.is_set():
+            return None
+        start, n = int(offsets[i]), int(counts[i])
+        if tier == "host":
+            out = _Rows(n, host[start:start + n])
+        else:
+            buf_t, stream = staging()
+
+            def flush(first, rows):
+                event = None
+                if tier == "device":
+                    k = len(rows)
+                    with torch.cuda.stream(stream):
+                        data.view(-1, fb)[start + first:start + first + k].copy_(buf_t[:k], non_blocking=True)
+                        event = stream.record_event()
+                save(start + first, rows)  # overlaps the copy to the device
+                if event is not None:
+                    event.synchronize()  # before the ring is written again
+
+            out = _Rows(n, _np(buf_t), flush)
+        tick = _Ticker(bar)
+        times = decode_into(paths[i], out, spec, threads, tick, stop)
+        tick.flush()
+        if times is None:
+            return None
+        out.finish(n)
+        if writes is not None:
+            pending.append(writes.submit(prefix.done, i))
+        return times
+
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="robocache-ingest")
+    futures = []
+    try:
+        try:
+            futures = [pool.submit(work, i) for i in range(len(paths))]
+            wait(futures, return_when=FIRST_EXCEPTION)
+        finally:
+            if not all(f.done() for f in futures) or _errors(futures):
+                stop.set()  # an error or an interrupt: the other workers stop at their next frame
+            pool.shutdown(wait=True, cancel_futures=True)
+            if bar is not None:
+                bar.close()
+        errors = _errors(futures)
+        if errors:
+            raise errors[0]  # the first failing file in the order of paths
+        results = [f.result() for f in futures]
+        if writes is not None:
+            writes.shutdown(wait=True)
+            for f in pending:
+                f.result()
+    except BaseException:
+        if writes is not None:
+            write_failed.append(None)  # queued writes return at once
+            writes.shutdown(wait=True, cancel_futures=True)
+        if writer is not None:
+            writer.abort()
+        raise
+
+    times = results
+    cache_path = None
+    if writer is not None:
+        if write_failed:
+            _cache.warn(f"robocache could not write its cache in {writer.root} ({write_failed[0]}); "
+                        f"going on without a cache")
+            writer.abort()
+        elif entry is not None and _stat_or_none(paths) != sources:
+            _cache.warn("robocache did not keep a cache entry: a source file changed while it was decoded")
+            if tier != "disk":
+                writer.abort()
+        elif entry is not None:
+            try:
+                all_times = np.concatenate(times) if times else np.zeros(0)
+                cache_path = str(writer.commit(key=_cache.entry_key(sources, options), spec=spec.to_dict(),
+                                               counts=counts, times=all_times, sources=sources, options=options))
+            except OSError as e:
+                writer.abort()
+                if tier == "disk":
+                    raise _cache.CacheError(e.errno, f"tier='disk' could not finish its cache file in "
+                                                     f"{writer.root} ({e})") from e
+                _cache.warn(f"robocache could not write its cache in {writer.root} ({e}); going on without it")
+        if tier == "disk":
+            if cache_path is not None:
+                data = _map_file(torch, cache_path, spec, n_total)
+            else:  # cache=False: a file of our own, gone from the directory once mapped
+                os.close(writer.fd)
+                writer.fd = -1
+                data = _map_file(torch, writer.path, spec, n_total)
+                writer.abort()
+    return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
+                    cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
+
+
+__all__ = ["FrameSpec", "Ingested", "TIERS", "ingest_videos", "probe_videos"]

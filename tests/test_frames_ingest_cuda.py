@@ -1,0 +1,96 @@
+"""Tier "device" of robocache.frames.ingest (cuda marker: skipped without a GPU).
+
+The cache-load tests need no PyAV (the GPU machines have none): the entry is written here from
+random frames, its "sources" are plain files (the cache only stats them). The decode test needs PyAV
+and skips without it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from robocache.frames import cache as rc_cache  # noqa: E402
+from robocache.frames import ingest as rc_ingest  # noqa: E402
+from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def cache_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROBOCACHE_CACHE_DIR", str(tmp_path / "rc-cache"))
+    monkeypatch.setenv("ROBOCACHE_NO_PROGRESS", "1")
+
+
+def write_entry(tmp_path, rng, counts, spec, desc="cam"):
+    """Source files (any bytes) and a valid cache entry of random frames for them."""
+    paths = []
+    for i in range(len(counts)):
+        p = tmp_path / f"ep{i}.mp4"
+        p.write_bytes(rng.bytes(100))
+        paths.append(str(p))
+    n = int(sum(counts))
+    frames = rng.integers(0, 256, (n, spec.frame_bytes), dtype=np.uint8)
+    times = np.concatenate([np.arange(c) / 10.0 for c in counts])
+    options = {"resize": None, "backend": "pyav"}
+    entry = rc_cache.open_entry(paths, options, desc)
+    w = rc_cache.EntryWriter(entry.root, entry.name, frames.nbytes)
+    w.write(0, frames)
+    sources = rc_cache.stat_sources(paths)
+    w.commit(key=rc_cache.entry_key(sources, options), spec=spec.to_dict(), counts=counts, times=times,
+             sources=sources, options=options)
+    return paths, frames, times
+
+
+@pytest.mark.parametrize("chunk_frames", [1000, 3])  # one chunk; many, through both pinned buffers
+def test_device_tier_from_cache(tmp_path, rng, monkeypatch, chunk_frames):
+    spec = FrameSpec.make("yuv420", 45, 62)  # odd sizes: chroma rounds up
+    counts = np.array([5, 7, 3], np.int64)
+    paths, frames, times = write_entry(tmp_path, rng, counts, spec)
+    monkeypatch.setattr(rc_ingest, "UPLOAD_CHUNK", chunk_frames * spec.frame_bytes)
+    res = ingest_videos(paths, tier="device", backend="pyav", desc="cam", spec=spec, counts=counts)
+    assert res.from_cache and res.data.is_cuda and res.data.dtype == torch.uint8
+    assert tuple(res.data.shape) == (15, spec.frame_bytes)
+    np.testing.assert_array_equal(res.data.cpu().numpy(), frames)
+    np.testing.assert_array_equal(np.concatenate(res.times), times)
+
+    dev1 = f"cuda:{torch.cuda.device_count() - 1}"
+    other = ingest_videos(paths, tier="device", device=dev1, backend="pyav", desc="cam", spec=spec, counts=counts)
+    assert str(other.data.device) == dev1 and torch.equal(other.data.cpu(), res.data.cpu())
+
+
+def test_host_tier_is_pinned_with_a_gpu(tmp_path, rng):
+    spec = FrameSpec.make("yuv420", 32, 48)
+    counts = np.array([4, 6], np.int64)
+    paths, frames, _ = write_entry(tmp_path, rng, counts, spec)
+    res = ingest_videos(paths, tier="host", backend="pyav", desc="cam", spec=spec, counts=counts)
+    assert res.from_cache and res.data.is_pinned() and not res.data.is_cuda
+    np.testing.assert_array_equal(res.data.numpy(), frames)
+
+
+def test_device_tier_decodes_like_host(tmp_path, monkeypatch):
+    av = pytest.importorskip("av")
+    paths = []
+    for i, n in enumerate((9, 14)):
+        p = str(tmp_path / f"v{i}.mp4")
+        with av.open(p, "w") as c:
+            s = c.add_stream("libx264", rate=10)
+            s.width, s.height, s.pix_fmt = 96, 64, "yuv420p"
+            rng = np.random.default_rng(i)
+            for _ in range(n):
+                img = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                    c.mux(pkt)
+            for pkt in s.encode():
+                c.mux(pkt)
+        paths.append(p)
+    host = ingest_videos(paths, tier="host", cache=False)
+    monkeypatch.setattr(rc_ingest, "STAGE_BYTES", 4 * host.spec.frame_bytes)  # the ring wraps
+    dev = ingest_videos(paths, tier="device")
+    assert not dev.from_cache and dev.data.is_cuda
+    assert torch.equal(dev.data.cpu(), host.data)
+    again = ingest_videos(paths, tier="device")
+    assert again.from_cache and torch.equal(again.data.cpu(), host.data)

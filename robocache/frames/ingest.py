@@ -411,7 +411,9 @@ def _host_buffer(torch, shape):
     sees a CUDA device; else an anonymous map populated up front (MAP_POPULATE maps all pages in one
     kernel call, measured 6x faster than taking a page fault per 4 KiB while decoding into it)."""
     if torch.cuda.is_available():
-        return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+        # exact size: torch's pin_memory=True rounds to a power of two (75 GB would ask for 128 GB)
+        from .pinned import pinned_empty
+        return pinned_empty(shape)
     nbytes = int(np.prod(shape))
     populate = getattr(mmap, "MAP_POPULATE", 0)
     if nbytes < POPULATE_MIN_BYTES or not populate:

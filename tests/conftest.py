@@ -147,6 +147,16 @@ def pusht(DATA):
     yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
 
 
+@pytest.fixture(scope="module")
+def px4_dir(DATA):
+    yield from unchanged(DATA, "rosbags/px4_flight_2025-12-03", "PX4 flight")
+
+
+@pytest.fixture(scope="module")
+def sim_dir(DATA):
+    yield from unchanged(DATA, "rosbags/sim_abitobot_arm", "simulated arm")
+
+
 def run_in_threads(work, args, timeout: float = 600):
     """work(*a) on one thread per a in args, all started before any is joined; fails when a
     thread is still running after `timeout` seconds."""

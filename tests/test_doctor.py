@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("rosbags")
-from conftest import unchanged  # noqa: E402
+
 import rosbag_forge as forge  # noqa: E402
 from robocache import doctor  # noqa: E402
 from robocache.__main__ import main as cli  # noqa: E402
@@ -25,16 +25,6 @@ def codes(report, level=None):
 
 def by_name(report):
     return {s.name: s for s in report.streams}
-
-
-@pytest.fixture(scope="module")
-def px4_dir(DATA):
-    yield from unchanged(DATA, "rosbags/px4_flight_2025-12-03", "PX4 flight")
-
-
-@pytest.fixture(scope="module")
-def sim_dir(DATA):
-    yield from unchanged(DATA, "rosbags/sim_abitobot_arm", "simulated arm")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("rosbags")
-from conftest import sha256_tree, unchanged  # noqa: E402
+from conftest import sha256_tree  # noqa: E402
 import rosbag_forge as forge  # noqa: E402
 from robocache.readers import ReaderError, read_rosbag  # noqa: E402
 
@@ -54,16 +54,6 @@ def bags(scene, tmp_path_factory):
 @pytest.fixture(scope="module")
 def read(bags):
     return {fmt: quiet_read(p) for fmt, p in bags.items()}
-
-
-@pytest.fixture(scope="module")
-def px4_dir(DATA):
-    yield from unchanged(DATA, "rosbags/px4_flight_2025-12-03", "PX4 flight")
-
-
-@pytest.fixture(scope="module")
-def sim_dir(DATA):
-    yield from unchanged(DATA, "rosbags/sim_abitobot_arm", "simulated arm")
 
 
 def raw_messages(path, topics=None):

@@ -207,19 +207,26 @@ class PathConverter(Converter):
         return out
 
 
-class NumberConverter(Converter):
-    """std_msgs numbers and Bool: ``[n, 1]`` of the message's own dtype (floats: ``dtype``)."""
+class _DataConverter(Converter):
+    """std_msgs types with one ``data`` field: its values and the log times, in arrival order."""
 
     def __init__(self, topic, msgtype, store, opts, source):
         super().__init__(topic, msgtype, store, opts, source)
         _select(self, [""])
-        self.np_dtype = STD_NUMBERS[msgtype]
         self.rows, self.log = [], []
 
     def add(self, msg, log_ns):
         self.rows.append(msg.data)
         self.log.append(log_ns)
         self.n += 1
+
+
+class NumberConverter(_DataConverter):
+    """std_msgs numbers and Bool: ``[n, 1]`` of the message's own dtype (floats: ``dtype``)."""
+
+    def __init__(self, topic, msgtype, store, opts, source):
+        super().__init__(topic, msgtype, store, opts, source)
+        self.np_dtype = STD_NUMBERS[msgtype]
 
     def parts(self):
         v = np.asarray(self.rows, dtype=self.np_dtype).reshape(self.n, 1)
@@ -230,18 +237,8 @@ class NumberConverter(Converter):
                      None if floating else "previous", ["data"])]
 
 
-class StringConverter(Converter):
+class StringConverter(_DataConverter):
     """std_msgs/String: a text stream (values are the strings)."""
-
-    def __init__(self, topic, msgtype, store, opts, source):
-        super().__init__(topic, msgtype, store, opts, source)
-        _select(self, [""])
-        self.rows, self.log = [], []
-
-    def add(self, msg, log_ns):
-        self.rows.append(msg.data)
-        self.log.append(log_ns)
-        self.n += 1
 
     def parts(self):
         return [Part("", np.asarray(self.rows, dtype=str) if self.rows else np.zeros(0, dtype=str), None,

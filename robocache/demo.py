@@ -3,7 +3,7 @@
 
 By default the dataset is generated in memory (64 episodes of 10-20 s: joints 100 Hz [14],
 gripper 50 Hz [2], camera 15 Hz uint8 [32, 32, 3], actions 50 Hz [7], each stream on its own
-jittered clock); ``--lerobot`` / ``--robomimic`` / ``--zarr PATH`` load a real one through the
+jittered clock); ``--lerobot`` / ``--robomimic`` / ``--zarr`` / ``--rosbag PATH`` load a real one through the
 readers instead. Per sample (anchored on the action stream's frames) the loader makes, on the
 dataset's device: a normalized state history (streams fused at the anchor), the latest camera
 frame, and a normalized action chunk of 16 steps with its ``action_is_pad`` mask. The policy is a
@@ -119,8 +119,10 @@ def _pick_state(ds, action: str) -> list[str]:
     return [n for n in cand if ds.streams[n].dtype == dtype][:16]   # one fuse launch: one dtype, <= 16
 
 
-def setup_for(ds, generated: bool, image_size: int = 64) -> Setup:
-    """Windows for the generated dataset, or sensible ones picked from a reader's streams."""
+def setup_for(ds, generated: bool, image_size: int = 64, *, action: str | None = None,
+              state: list[str] | None = None) -> Setup:
+    """Windows for the generated dataset, or sensible ones picked from a reader's streams (``action`` /
+    ``state`` name them; each stream keeps its own clock, a bag's too)."""
     from .loader import Window
 
     if generated:
@@ -129,13 +131,17 @@ def setup_for(ds, generated: bool, image_size: int = 64) -> Setup:
         state_w = Window(state, offsets=[-0.06, -0.04, -0.02, 0.0], normalize="mean_std")
         action_w = Window(action, indices=range(CHUNK), rate=50.0, normalize="mean_std")
     else:
-        action = next((n for n in ("action", "actions") if n in ds.streams), None)
+        for n in [action] + list(state or []):
+            if n is not None and n not in ds.streams:
+                raise ValueError(f"demo: no stream {n!r}; the dataset has {sorted(ds.streams)}")
+        if action is None:
+            action = next((n for n in ("action", "actions") if n in ds.streams), None)
         if action is None:
             action = next((n for n, s in ds.streams.items()
                            if n.startswith("action") and s.kind == "continuous" and len(s.shape) == 1), None)
         if action is None:
             raise ValueError(f"demo: no action stream found among {sorted(ds.streams)}")
-        state = _pick_state(ds, action)
+        state = list(state) if state else _pick_state(ds, action)
         rate = ds.streams[action].nominal_rate or ds.streams[action].rate
         srate = ds.streams[state[0]].nominal_rate or ds.streams[state[0]].rate
         state_w = Window(state, offsets=[(k - HISTORY + 1) / srate for k in range(HISTORY)], normalize="mean_std")
@@ -231,6 +237,10 @@ def _parser():
     src.add_argument("--lerobot", metavar="PATH", help="a LeRobot v2/v3 (or GR00T) dataset folder")
     src.add_argument("--robomimic", metavar="PATH", help="a robomimic HDF5 file")
     src.add_argument("--zarr", metavar="PATH", help="a diffusion-policy ReplayBuffer zarr")
+    src.add_argument("--rosbag", metavar="PATH", help="a ROS 1/2 bag, MCAP file or folder of bags (with --action)")
+    p.add_argument("--action", metavar="STREAM", help="the stream to predict (default: one named action*; "
+                   "bags: `python -m robocache doctor PATH` lists the streams)")
+    p.add_argument("--state", metavar="STREAM", nargs="+", help="state streams, fused (default: picked by name)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 1000 on CPU, 2000 on GPU)")
     p.add_argument("--batch-size", type=int, default=None, help="default 32 on CPU, 256 on GPU")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -283,9 +293,12 @@ def run(argv=None, *, out=print) -> dict:
             ds = robocache.Dataset.from_robomimic(args.robomimic, device=dev)
         elif args.zarr:
             ds = robocache.Dataset.from_zarr(args.zarr, device=dev)
+        elif args.rosbag:
+            ds = robocache.Dataset.from_rosbag(args.rosbag, device=dev)
         else:
             ds = generate(args.episodes, args.seed, device=dev)
-        setup = setup_for(ds, generated=not (args.lerobot or args.robomimic or args.zarr))
+        setup = setup_for(ds, generated=not (args.lerobot or args.robomimic or args.zarr or args.rosbag),
+                          action=args.action, state=args.state)
         loader = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True, seed=args.seed,
                             windows=setup.windows, anchor=setup.anchor)
         out(f"dataset: {ds.source or 'generated'}, {len(ds)} episodes, "

@@ -57,3 +57,16 @@ def test_demo_lerobot_groot(DATA):
     assert res["source"] == str(path)
     assert np.isfinite(res["losses"]).all() and res["step_samples_per_s"] > 0
 
+
+
+def test_demo_rosbag_px4(DATA):
+    pytest.importorskip("rosbags")
+    path = DATA / "rosbags" / "px4_flight_2025-12-03"
+    lines = []
+    res = demo.run(["--rosbag", str(path), "--action", "/controller/out/servo_positions.position",
+                    "--state", "/fmu/out/vehicle_attitude", "/fmu/out/vehicle_angular_velocity",
+                    "--device", "cpu", "--steps", "8", "--batch-size", "16", "--no-progress"], out=lines.append)
+    assert res["source"] == str(path) and len(res["losses"]) == 8 and np.isfinite(res["losses"]).all()
+    assert any("/fmu/out/vehicle_attitude" in line for line in lines)
+    with pytest.raises(ValueError, match="no stream '/nope'"):
+        demo.run(["--rosbag", str(path), "--action", "/nope", "--device", "cpu", "--steps", "2"], out=lines.append)

@@ -574,3 +574,29 @@ def test_train_from_rosbag_example(px4_dir, capsys):
     text = capsys.readouterr().out
     assert "/controller/out/servo_positions.position 8.8 Hz [3]" in text and "samples/s" in text
     assert len(out["losses"]) >= 2 and all(np.isfinite(out["losses"]))
+
+
+@pytest.mark.cuda
+def test_image_and_cloud_topics_on_the_gpu(bags):
+    """A bag's image and point-cloud topics through the GPU path (frame gather, voxel windows) give the
+    CPU's batches."""
+    import torch
+    import robocache
+    if not torch.cuda.is_available() or not robocache.build_info()["cuda"]:
+        pytest.skip("needs a GPU and a CUDA build")
+    from robocache import DataLoader, Window
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cpu = robocache.Dataset.from_rosbag(bags["mcap"], device="cpu")
+        gpu = robocache.Dataset.from_rosbag(bags["mcap"], device="cuda")
+    cams = [n for n, s in cpu.streams.items() if s.frames is not None]
+    cloud = next(n for n, s in cpu.streams.items() if s.kind == "pointcloud")
+    assert cams and all(gpu.streams[n].frames.tier == "device" for n in cams)
+    windows = {n: Window(n, offsets=[0.0, 0.1], layout="BTCHW", resize=(6, 10)) for n in cams}
+    windows["raw"] = Window(cams[0], offsets=[-0.05, 0.0])
+    windows["cloud"] = Window(cloud, offsets=[0.0], voxel=dict(grid=(8, 8, 4), voxel_size=0.5, origin=(-2, -2, -1)))
+    a = DataLoader(cpu, 4, seed=1, rate=20, windows=windows)
+    b = DataLoader(gpu, 4, seed=1, rate=20, windows=windows)
+    for x, y in zip(a, b):
+        for k in x:
+            assert torch.equal(x[k], y[k].cpu()), k

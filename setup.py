@@ -1,15 +1,26 @@
-"""Build of robocache._C: C11 sources with the C compiler, cuda/*.cu with nvcc when present.
+"""Build of robocache._C: C11 sources with the C compiler, cuda/*.cu with nvcc when a CUDA toolkit
+is found. Release wheels: tools/build_wheels.sh; what each option is for: docs/install.md.
 
-ROBOCACHE_CUDA=0 forces a CPU-only build, =1 requires CUDA (error if nvcc is missing); unset:
-CUDA when nvcc is found (CUDA_HOME, PATH, /usr/local/cuda). ROBOCACHE_CUDA_ARCHS="80;90"
-overrides the compute capabilities (cubins for each, PTX for the newest).
-ROBOCACHE_SANITIZE=1 builds the C sources with ASan + UBSan (fatal, float-cast-overflow included);
-load it with LD_PRELOAD of gcc's libasan/libubsan (see .ci/run and docs/reliability.md).
+Environment:
+  ROBOCACHE_CUDA=0|1      0: CPU-only build; 1: CUDA required (error without a toolkit); unset:
+                          CUDA when a toolkit is found, else CPU-only with a notice at the end
+  ROBOCACHE_CUDA_HOME     the toolkit to build with (its bin/nvcc, include/, lib64/libcudart_static.a).
+                          Unset: CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda, first found
+  ROBOCACHE_CUDA_ARCHS    "80;90": cubins for these compute capabilities, PTX for the newest.
+                          Default 80;86;89;90, plus 100 and 120 when the toolkit knows them
+  ROBOCACHE_CUDA_CACHE    a folder: nvcc objects are kept there under a hash of everything that
+                          goes into them and reused (they do not depend on the Python version, so
+                          one compile serves every wheel, and CI's editable build serves its wheel)
+  ROBOCACHE_SANITIZE=1    the C sources with ASan + UBSan (fatal, float-cast-overflow included);
+                          load it with LD_PRELOAD of gcc's libasan/libubsan (.ci/run,
+                          docs/reliability.md)
 """
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,95 +29,179 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
-DEFAULT_ARCHS = "80;86;89;90"
+BASE_ARCHS = ["80", "86", "89", "90"]
+BLACKWELL_ARCHS = ["100", "120"]  # cubins too when the toolkit knows them (CUDA >= 12.8)
 
 
-def find_nvcc():
-    mode = os.environ.get("ROBOCACHE_CUDA", "").strip()
-    if mode == "0":
-        return None
-    candidates = []
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
-    if shutil.which("nvcc"):
-        candidates.append(Path(shutil.which("nvcc")))
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    for nvcc in candidates:
-        if nvcc.exists():
-            return nvcc.resolve()
-    if mode == "1":
-        raise RuntimeError("ROBOCACHE_CUDA=1 but nvcc was not found (set CUDA_HOME or PATH)")
-    return None
+class Toolkit:
+    """A CUDA toolkit: nvcc, its release ("12.4.131") and the static runtime beside it."""
+
+    def __init__(self, nvcc: Path, home: Path):
+        self.nvcc = nvcc
+        self.home = home
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+        m = re.search(r"release [\d.]+, V([\d.]+)", out)
+        self.release = m[1] if m else "unknown"
+        self.version_text = out
+
+    def known_archs(self) -> set:
+        r = subprocess.run([str(self.nvcc), "--list-gpu-arch"], capture_output=True, text=True)
+        return set(re.findall(r"compute_(\d+)", r.stdout)) if r.returncode == 0 else set()
+
+    def cudart_static(self) -> Path:
+        # only beside this nvcc: a runtime from another toolkit would not match its objects
+        for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
+            lib = self.home / sub / "libcudart_static.a"
+            if lib.exists():
+                return lib
+        raise RuntimeError(f"robocache: {self.nvcc} found, but no libcudart_static.a under {self.home} "
+                           "(lib64, lib, targets/*/lib); point ROBOCACHE_CUDA_HOME at a complete toolkit")
 
 
-def cuda_homes(nvcc):
-    """Where the toolkit may live: CUDA_HOME, nvcc's own TOP (nvcc may be a wrapper script
-    elsewhere on PATH), its parent folder, /usr/local/cuda."""
-    homes = [Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+def nvcc_top(nvcc: Path) -> Path:
+    """The toolkit folder of an nvcc found on PATH (it may be a wrapper script elsewhere): the TOP
+    that `nvcc --dryrun` reports, else the folder above its bin/."""
     try:
         dry = subprocess.run([str(nvcc), "--dryrun", "-c", "x.cu"], capture_output=True, text=True).stderr
         top = re.search(r"^#\$ TOP=(.+)$", dry, re.M)
         if top:
-            homes.append(Path(top[1].strip()).resolve())
+            return Path(top[1].strip()).resolve()
     except OSError:
         pass
-    return homes + [nvcc.parent.parent, Path("/usr/local/cuda")]
+    return nvcc.resolve().parent.parent
 
 
-def cuda_lib_dir(nvcc):
-    homes = cuda_homes(nvcc)
-    for home in homes:
-        for sub in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"):
-            if (home / sub / "libcudart_static.a").exists():
-                return home / sub
-    raise RuntimeError(f"libcudart_static.a not found under any of {[str(h) for h in homes]}")
+def find_toolkit():
+    """(Toolkit or None, why none): ROBOCACHE_CUDA_HOME (must hold nvcc), CUDA_HOME, CUDA_PATH,
+    nvcc on PATH, /usr/local/cuda."""
+    mode = os.environ.get("ROBOCACHE_CUDA", "").strip()
+    if mode == "0":
+        return None, "disabled"
+    explicit = os.environ.get("ROBOCACHE_CUDA_HOME", "").strip()
+    if explicit:
+        nvcc = Path(explicit) / "bin" / "nvcc"
+        if not nvcc.exists():
+            raise RuntimeError(f"robocache: ROBOCACHE_CUDA_HOME={explicit} has no bin/nvcc")
+        return Toolkit(nvcc, Path(explicit).resolve()), ""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var, "").strip()
+        if home and (Path(home) / "bin" / "nvcc").exists():
+            return Toolkit(Path(home) / "bin" / "nvcc", Path(home).resolve()), ""
+    for nvcc in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if nvcc and Path(nvcc).exists():
+            return Toolkit(Path(nvcc), nvcc_top(Path(nvcc))), ""
+    if mode == "1":
+        raise RuntimeError("robocache: ROBOCACHE_CUDA=1 but no CUDA toolkit was found "
+                           "(set ROBOCACHE_CUDA_HOME or CUDA_HOME, or put nvcc on PATH)")
+    return None, "no-toolkit"
+
+
+def cuda_archs(toolkit: Toolkit) -> list:
+    env = os.environ.get("ROBOCACHE_CUDA_ARCHS", "").replace(",", ";")
+    if env.strip():
+        archs = [a.strip() for a in env.split(";") if a.strip()]
+        bad = [a for a in archs if not re.fullmatch(r"\d+[af]?", a)]
+        if bad:
+            raise RuntimeError(f"robocache: ROBOCACHE_CUDA_ARCHS: expected compute capabilities like 80;90, got {bad}")
+        return archs
+    known = toolkit.known_archs()
+    return BASE_ARCHS + [a for a in BLACKWELL_ARCHS if a in known]
 
 
 def gencode_flags(archs):
     flags = []
     for a in archs:
         flags += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
-    newest = max(archs, key=int)  # PTX too, so newer GPUs can JIT it
+    newest = max(archs, key=lambda a: int(re.match(r"\d+", a)[0]))  # PTX too: newer GPUs JIT it
     return flags + ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]
+
+
+CPU_ONLY_NOTICE = """
+==========================================================================================
+robocache {version}: CPU-ONLY BUILD. No CUDA toolkit was found (nvcc in ROBOCACHE_CUDA_HOME,
+CUDA_HOME, CUDA_PATH, PATH or /usr/local/cuda), so no CUDA kernels are compiled in: the ops run
+on the CPU and CUDA tensors are refused with robocache.CudaError.
+For the GPU kernels, install a CUDA wheel of robocache (no compiler needed; docs/install.md),
+or rebuild from source with a toolkit:  ROBOCACHE_CUDA_HOME=/usr/local/cuda pip install ...
+To build CPU-only on purpose and silence this: ROBOCACHE_CUDA=0.
+==========================================================================================
+"""
 
 
 class BuildExt(build_ext):
     def build_extensions(self):
-        nvcc = find_nvcc()
+        toolkit, why_not = find_toolkit()
         ext = self.extensions[0]
-        sanitize = os.environ.get("ROBOCACHE_SANITIZE") == "1"
-        if sanitize:
+        if os.environ.get("ROBOCACHE_SANITIZE") == "1":
             # every UBSan finding is fatal (no recovery); -fno-wrapv undoes CPython's -fwrapv so
             # signed overflow is reported; float-cast-overflow is not part of "undefined" in gcc
             ext.extra_compile_args += ["-fsanitize=address,undefined,float-cast-overflow",
                                        "-fno-sanitize-recover=all", "-fno-wrapv",
                                        "-fno-omit-frame-pointer", "-O1", "-g"]
             ext.extra_link_args += ["-fsanitize=address,undefined,float-cast-overflow"]
-        if nvcc is not None:
-            archs = [a.strip() for a in os.environ.get("ROBOCACHE_CUDA_ARCHS", DEFAULT_ARCHS).replace(",", ";").split(";") if a.strip()]
-            lib_dir = cuda_lib_dir(nvcc)
-            objects = self.compile_cuda(nvcc, archs)
-            ext.extra_objects += objects + [str(lib_dir / "libcudart_static.a")]
+        if toolkit is not None:
+            archs = cuda_archs(toolkit)
+            cudart = toolkit.cudart_static()
+            objects = self.compile_cuda(toolkit, archs)
+            ext.extra_objects += objects + [str(cudart)]
+            # cudart_static's own needs; no libstdc++ symbol is left in practice (not NEEDED)
             ext.extra_link_args += ["-lstdc++", "-lrt", "-ldl", "-lpthread"]
-            ext.define_macros += [("RC_WITH_CUDA", "1"), ("RC_CUDA_ARCHS", f'"{";".join(archs)}"')]
-            print(f"robocache: CUDA build with {nvcc} for sm_{', sm_'.join(archs)}")
+            ext.define_macros += [("RC_WITH_CUDA", "1"), ("RC_CUDA_ARCHS", f'"{";".join(archs)}"'),
+                                  ("RC_CUDA_TOOLKIT", f'"{toolkit.release}"')]
+            print(f"robocache: CUDA {toolkit.release} build with {toolkit.nvcc} for sm_{', sm_'.join(archs)} "
+                  f"(PTX {gencode_flags(archs)[-1].split('=')[-1]}), static runtime {cudart}")
         else:
-            print("robocache: CPU-only build (no nvcc, or ROBOCACHE_CUDA=0)")
+            ext.define_macros += [("RC_CUDA_MISSING", f'"{why_not}"')]
+        self.cpu_only_reason = "" if toolkit is not None else why_not
         super().build_extensions()
 
-    def compile_cuda(self, nvcc, archs):
+    def run(self):
+        self.cpu_only_reason = ""
+        super().run()  # build_extensions, then the copy into the tree of an in-place build
+        if self.cpu_only_reason == "disabled":
+            print("robocache: CPU-only build (ROBOCACHE_CUDA=0)")
+        elif self.cpu_only_reason:
+            # the build's last words; pip shows them with -v only, hence the warning at import
+            sys.stdout.flush()
+            print(CPU_ONLY_NOTICE.format(version=VERSION), file=sys.stderr, flush=True)
+
+    def compile_cuda(self, toolkit: Toolkit, archs):
         out_dir = Path(self.build_temp) / "cuda"
         out_dir.mkdir(parents=True, exist_ok=True)
         sources = sorted((ROOT / "cuda").glob("*.cu"))
         flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
                  "-I", str(ROOT / "csrc"), *gencode_flags(archs)]
+        cache = os.environ.get("ROBOCACHE_CUDA_CACHE", "").strip()
+        if cache:
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            # every header a .cu can include (ours; the toolkit's through its version text)
+            headers = sorted([*(ROOT / "cuda").glob("*.cuh"), *(ROOT / "csrc").glob("*.h")])
+            common = hashlib.sha256()
+            # flags with the source folder left out: pip builds in a new temporary folder each time
+            env_flags = [os.environ.get(v, "") for v in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")]
+            for part in [toolkit.version_text, str(toolkit.home), *env_flags,
+                         *(f.replace(str(ROOT), "<src>") for f in flags)]:
+                common.update(part.encode() + b"\0")
+            for h in headers:
+                common.update(h.name.encode() + b"\0" + h.read_bytes())
 
         def one(src):
             obj = out_dir / (src.stem + ".o")
-            cmd = [str(nvcc), *flags, "-c", str(src), "-o", str(obj)]
-            print(" ".join(cmd))
+            if cache:
+                key = common.copy()
+                key.update(src.read_bytes())
+                cached = Path(cache) / f"{src.stem}-{key.hexdigest()[:24]}.o"
+                if cached.exists():
+                    shutil.copyfile(cached, obj)
+                    print(f"robocache: {src.name}: cached object {cached}")
+                    return str(obj)
+            cmd = [str(toolkit.nvcc), *flags, "-c", str(src), "-o", str(obj)]
+            print(" ".join(cmd), flush=True)
             subprocess.run(cmd, check=True)
+            if cache:
+                tmp = cached.with_suffix(f".tmp{os.getpid()}")
+                shutil.copyfile(obj, tmp)
+                os.replace(tmp, cached)  # atomic: parallel builds may share the folder
             return str(obj)
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -127,7 +222,8 @@ setup(
             define_macros=[("RC_VERSION", f'"{VERSION}"')],
             extra_compile_args=["-std=c11", "-O3", "-ffp-contract=off", "-fvisibility=hidden",
                                 "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
-            extra_link_args=["-lpthread"],
+            # -lm: sinf & co. bind to a versioned libm symbol, not to whatever the process has
+            extra_link_args=["-lpthread", "-lm"],
         )
     ],
     cmdclass={"build_ext": BuildExt},

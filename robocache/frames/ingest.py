@@ -49,7 +49,7 @@ TIERS = ("device", "host", "disk")
 THREAD_TYPE = "AUTO"
 DECODER_THREADS = int(os.environ.get("ROBOCACHE_DECODER_THREADS", "0"))  # 0 = the decoder's own choice
 STAGE_BYTES = 32 << 20  # per-worker staging ring of tiers device and disk
-UPLOAD_CHUNK = 64 << 20  # cache -> device: two pinned chunks of this size
+UPLOAD_CHUNK = 256 << 20  # cache -> device: two pinned chunks of this size, each read by several threads
 POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
 
 
@@ -607,16 +607,20 @@ def _upload(torch, fd, spec, n, dev):
     bufs = [torch.empty(min(chunk, total), dtype=torch.uint8, pin_memory=True) for _ in range(2)]
     events = [None, None]
     stream = torch.cuda.Stream(dev)
+    # one thread's pread from the page cache moved ~4.5 GB/s on the H100 host (3.9x the cold decode);
+    # the copy engine takes ~25 GB/s, so each chunk is read by several threads in 16 MB pieces
+    pool = ThreadPoolExecutor(min(8, cpu_count()), thread_name_prefix="robocache-upload")
     for k, start in enumerate(range(0, total, chunk)):
         size = min(chunk, total - start)
         b = k % 2
         if events[b] is not None:
             events[b].synchronize()  # the copy that last read this buffer is done
-        _pread_into(fd, _np(bufs[b])[:size], start)
+        _pread_into(fd, _np(bufs[b])[:size], start, pool, chunk=16 << 20)
         with torch.cuda.stream(stream):
             flat[start:start + size].copy_(bufs[b][:size], non_blocking=True)
             events[b] = stream.record_event()
     stream.synchronize()
+    pool.shutdown()
     return data
 
 

@@ -1,6 +1,6 @@
 """torchrun with 2 processes: each rank's shard of every epoch is disjoint from the other's and
 together they cover all samples; ranks yield the same batch count; shard_episodes holds only the
-rank's episodes; examples/train_ddp.py trains with DDP. On 2 GPUs over NCCL (marked cuda, skipped
+rank's episodes (frame stores too, memory and mapped-file tiers giving the same batches); examples/train_ddp.py trains with DDP. On 2 GPUs over NCCL (marked cuda, skipped
 without 2 GPUs) and on the CPU over gloo (runs in CI)."""
 
 from __future__ import annotations
@@ -57,6 +57,28 @@ out["held"] = [ep.index for ep in sh.dataset.episodes]
 out["sh_batches"] = len(sh)
 out["sh_device"] = str(sh.dataset.device)
 out["sh_yielded"] = sum(1 for _ in sh)
+# frame tiers under shard_episodes: a YUV camera in memory and in a mapped file; each rank keeps only its
+# episodes' frames (a disk store's subset maps the file through a row map) and both tiers give it the
+# same batches
+from robocache.frames.store import FrameStore, yuv420_bytes
+frng = np.random.default_rng(3)
+ctimes = [np.sort(frng.uniform(e * 0.3, e * 0.3 + 0.3, 5)) for e in range(9)]
+frows = frng.integers(0, 256, (45, yuv420_bytes(10, 14)), dtype=np.uint8)
+fwin = {"cam": Window("cam", offsets=[0.0, 0.05], layout="BTCHW"), "joints": Window("joints")}
+got = {}
+for tier in ("cpu", "disk"):
+    path = os.path.join(os.environ["OUT_DIR"], f"frames{rank}.npy") if tier == "disk" else None
+    st = FrameStore.create(frows, format="yuv420", height=10, width=14, tier=tier, device="cpu", path=path)
+    fds = robocache.Dataset.from_episodes([{"joints": ep["joints"]} for ep in eps], device="cpu",
+                                          frames={"cam": (st, ctimes)})
+    fl = DataLoader(fds, 8, seed=5, windows=fwin, shard_episodes=True, device=dev)
+    got[tier] = (fl, [{k: v.cpu() for k, v in b.items()} for b in fl])
+fl = got["disk"][0]
+out["frames_held"] = len(fl.dataset.streams["cam"].frames)
+out["frames_mine"] = 5 * len(fl.dataset.episodes)
+out["frames_tier"] = fl.dataset.streams["cam"].frames.tier
+out["tiers_equal"] = all(a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+                         for a, b in zip(got["cpu"][1], got["disk"][1])) and len(got["cpu"][1]) == len(got["disk"][1])
 # the same number of steps everywhere: a collective per batch would hang otherwise
 t = torch.tensor([out["sh_yielded"]], device=dev)
 dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -100,6 +122,9 @@ def test_torchrun_shards_disjoint_complete(tmp_path, backend):
     assert not held0 & held1 and held0 | held1 == set(range(9))
     assert res[0]["sh_batches"] == res[1]["sh_batches"] == res[0]["sh_yielded"] == res[0]["sh_max"]
     assert [r["sh_device"] for r in res] == (["cuda:0", "cuda:1"] if backend == "nccl" else ["cpu", "cpu"])
+    # frame tiers: each rank holds only its episodes' frames, the same batches from memory and a mapped file
+    for r in res:
+        assert r["frames_held"] == r["frames_mine"] and r["frames_tier"] == "disk" and r["tiers_equal"], r
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

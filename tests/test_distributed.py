@@ -1,7 +1,8 @@
 """torchrun with 2 processes: each rank's shard of every epoch is disjoint from the other's and
 together they cover all samples; ranks yield the same batch count; shard_episodes holds only the
-rank's episodes (frame stores too, memory and mapped-file tiers giving the same batches); examples/train_ddp.py trains with DDP. On 2 GPUs over NCCL (marked cuda, skipped
-without 2 GPUs) and on the CPU over gloo (runs in CI)."""
+rank's episodes (frame stores too: memory and mapped-file tiers give the same batches);
+examples/train_ddp.py trains with DDP. On 2 GPUs over NCCL (marked cuda, skipped without 2 GPUs)
+and on the CPU over gloo (runs in CI)."""
 
 from __future__ import annotations
 

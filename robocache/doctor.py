@@ -113,19 +113,9 @@ class Report:
                "log-header", "issues")
 
     def _row(self, s: StreamCheck) -> dict:
-        issues = []
-        if s.non_monotonic:
-            issues.append(f"{s.non_monotonic} back in time")
-        if s.duplicates:
-            issues.append(f"{s.duplicates} dup")
-        if s.zero_stamps:
-            issues.append(f"{s.zero_stamps} zero stamps")
-        if s.nan:
-            issues.append(f"{s.nan} NaN")
-        if s.inf:
-            issues.append(f"{s.inf} Inf")
-        if s.constant:
-            issues.append(f"{len(s.constant)} constant")
+        counts = ((s.non_monotonic, "back in time"), (s.duplicates, "dup"), (s.zero_stamps, "zero stamps"),
+                  (s.nan, "NaN"), (s.inf, "Inf"), (len(s.constant), "constant"))
+        issues = [f"{n} {what}" for n, what in counts if n]
         if s.sim_time:
             issues.append("sim time")
         return {"stream": s.name, "type": _short_type(s.type) if s.type else s.kind, "eps": str(s.episodes),

@@ -52,7 +52,6 @@ def _assign_episodes(counts: np.ndarray, world: int) -> np.ndarray:
 
 def _wrap(idx, n: int):
     """The first n of idx repeated end to end (DistributedSampler's padding); idx[:n] when longer."""
-    torch = _torch()
     if idx.shape[0] >= n:
         return idx[:n]
     return idx.repeat(-(-n // idx.shape[0]))[:n]

@@ -32,7 +32,6 @@ def _episodes(rng, E=5):
     eps, cams, ctimes = [], [], []
     for e in range(E):
         n = int(rng.integers(3, 9))
-        t = np.sort(rng.uniform(0, 1, n)) + e
         eps.append({"state": (rng.normal(size=(n * 2, 3)).astype(np.float32), np.linspace(e, e + 1, n * 2))})
         cams.append(int(rng.integers(2, 7)))
         ctimes.append(np.sort(rng.uniform(e, e + 1, cams[-1])))

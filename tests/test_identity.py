@@ -176,8 +176,8 @@ def test_identity_lerobot_episodes_subset(tmp_path, rng):
     """from_lerobot(episodes=[1, 3]): batches carry episodes 1 and 3, the parquet's frame_index, and
     LeRobot's task_index (ds.tasks is the task table in index order)."""
     pytest.importorskip("pyarrow")
-    src = write_lerobot(tmp_path, rng, episode_tasks=[["open the drawer"], ["place the cube"], ["pick the cube"],
-                                                       ["place the cube"]])
+    write_lerobot(tmp_path, rng, episode_tasks=[["open the drawer"], ["place the cube"], ["pick the cube"],
+                                                 ["place the cube"]])
     ds = robocache.Dataset.from_lerobot(tmp_path, episodes=[1, 3], device="cpu")
     assert ds.tasks == TASKS
     loader = DataLoader(ds, batch_size=4, shuffle=False, identity=True, windows={"lerobot_task": "task_index"})

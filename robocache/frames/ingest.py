@@ -27,7 +27,6 @@ import contextlib
 import errno
 import mmap
 import os
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -35,10 +34,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..readers._common import ReaderError, require
+from ..readers._common import ReaderError, progress_enabled, require
 from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_codec, _times_or_index, count_frames,
                              decode_video, opencv_codec_error, probe_video, resolve_backend)
 from . import cache as _cache
+from .store import yuv420_bytes
 
 TIERS = ("device", "host", "disk")
 
@@ -87,7 +87,7 @@ class FrameSpec:
     @classmethod
     def make(cls, format: str, height: int, width: int, matrix: str = "", full_range: bool = False) -> FrameSpec:
         if format == "yuv420":
-            nbytes = height * width + 2 * ((height + 1) // 2) * ((width + 1) // 2)
+            nbytes = yuv420_bytes(height, width)
         elif format == "rgb":
             nbytes = height * width * 3
         else:
@@ -629,9 +629,7 @@ def _upload(torch, fd, spec, n, dev):
 
 
 def _progress_bar(total, desc, enable):
-    if enable is None:
-        enable = sys.stderr.isatty() and not os.environ.get("ROBOCACHE_NO_PROGRESS")
-    if not enable:
+    if not progress_enabled(enable):
         return None
     try:
         from tqdm.auto import tqdm

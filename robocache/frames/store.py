@@ -12,8 +12,6 @@ layout, dtype in one pass), so batches are bit-identical whatever the tier.
 from __future__ import annotations
 
 import math
-from typing import Any
-
 import numpy as np
 
 
@@ -265,17 +263,3 @@ def _from_map(a):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _torch().from_numpy(a)
-
-
-def frame_store_bytes(format: str, height: int, width: int, channels: int = 3, itemsize: int = 1) -> int:
-    """Stored bytes per frame of a format (the memory plan's unit)."""
-    if format == "yuv420":
-        return yuv420_bytes(height, width)
-    return height * width * channels * itemsize
-
-
-def as_store(values: Any, device) -> FrameStore:
-    """A FrameStore for a stream's image values: itself when it is one, else an RGB store over the tensor."""
-    if isinstance(values, FrameStore):
-        return values if values.device == _torch().device(device) else values.to(device)
-    return FrameStore.from_rgb(values, device)

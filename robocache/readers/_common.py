@@ -89,11 +89,16 @@ def step_times(n: int, rate: float) -> np.ndarray:
     return np.arange(n, dtype=np.float64) / float(rate)
 
 
+def progress_enabled(enable: bool | None) -> bool:
+    """A progress bar's switch: as given, else on when stderr is a TTY and ROBOCACHE_NO_PROGRESS is unset."""
+    if enable is None:
+        return sys.stderr.isatty() and not os.environ.get("ROBOCACHE_NO_PROGRESS")
+    return bool(enable)
+
+
 def progress(iterable, total: int | None = None, desc: str = "", enable: bool | None = None):
     """tqdm when installed and stderr is a TTY (or enable=True), else the iterable itself."""
-    if enable is None:
-        enable = sys.stderr.isatty() and not os.environ.get("ROBOCACHE_NO_PROGRESS")
-    if not enable:
+    if not progress_enabled(enable):
         return iterable
     try:
         from tqdm.auto import tqdm

@@ -143,7 +143,8 @@ def main(argv=None) -> int:
     import torch
 
     from robocache.frames import ingest as rc_ingest
-    from robocache.frames.ingest import cpu_count, ingest_videos, probe_videos
+    from robocache.frames.ingest import ingest_videos, probe_videos
+    from robocache.frames.planes import cpu_count
 
     if args.generate:
         folder = args.gen_dir or Path(tempfile.gettempdir()) / f"robocache-gen-{args.generate}x{args.frames}"

@@ -143,6 +143,10 @@ static PyMethodDef methods[] = {
      rc_fuse_doc_text},
     {"gather_frames", (PyCFunction)(void (*)(void))rc_py_gather_frames,
      METH_FASTCALL | METH_KEYWORDS, rc_gather_frames_doc_text},
+    {"decode_jpeg", (PyCFunction)(void (*)(void))rc_py_decode_jpeg,
+     METH_FASTCALL | METH_KEYWORDS, rc_decode_jpeg_doc_text},
+    {"jpeg_backend", (PyCFunction)(void (*)(void))rc_py_jpeg_backend, METH_FASTCALL,
+     rc_jpeg_backend_doc_text},
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
@@ -182,7 +186,7 @@ static int exec_module(PyObject *m) {
     for (int i = 0; i < 5; i++)
         if (intern(&st->vox_mode_names[i], vox_modes[i])) return -1;
     if (intern(&st->kw_streams, "streams") || intern(&st->kw_modes, "modes")) return -1;
-    if (rc_frames_init_state(st) != 0) return -1;
+    if (rc_frames_init_state(st) != 0 || rc_jpeg_init_state(st) != 0) return -1;
 #ifdef RC_WITH_CUDA
     if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
 #else
@@ -235,6 +239,7 @@ static int clear(PyObject *m) {
     Py_CLEAR(st->kw_streams);
     Py_CLEAR(st->kw_modes);
     rc_frames_clear_state(st);
+    rc_jpeg_clear_state(st);
     return 0;
 }
 

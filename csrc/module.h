@@ -41,6 +41,8 @@ typedef struct {
     PyObject *kw_streams, *kw_modes;
     /* gather_frames (py_frames.c): its keyword names, interned by rc_frames_init_state */
     PyObject *frames_kw[11];
+    /* decode_jpeg (py_jpeg.c): its keyword names, interned by rc_jpeg_init_state */
+    PyObject *jpeg_kw[8];
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */
@@ -88,6 +90,13 @@ PyObject *rc_py_gather_frames(PyObject *module, PyObject *const *args, Py_ssize_
 extern const char rc_gather_frames_doc_text[];
 int rc_frames_init_state(rc_state *st);   /* module exec: 0, or -1 with the exception set */
 void rc_frames_clear_state(rc_state *st); /* module clear */
+PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames);
+extern const char rc_decode_jpeg_doc_text[];
+PyObject *rc_py_jpeg_backend(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char rc_jpeg_backend_doc_text[];
+int rc_jpeg_init_state(rc_state *st);
+void rc_jpeg_clear_state(rc_state *st);
 
 /* ---- messages and exceptions (messages.c) ---- */
 

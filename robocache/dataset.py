@@ -989,7 +989,8 @@ class Dataset:
                      episodes=None, device=None, modality_subkeys: bool = True, annotations: str = "text",
                      video_timestamps: str = "pts", show_progress: bool | None = None, max_workers: int | None = None,
                      validate: bool = True, frames="auto", device_memory: int | None = None,
-                     host_memory: int | None = None, cache: bool = True, missing_files: str = "error") -> "Dataset":
+                     host_memory: int | None = None, cache: bool = True, missing_files: str = "error",
+                     jpeg_qscale: int = 2) -> "Dataset":
         """Load a LeRobot v2.0/v2.1/v3.0 dataset folder (GR00T flavour included) as a Dataset.
 
         Parameters
@@ -1022,10 +1023,14 @@ class Dataset:
             index (needs one frame per row).
         show_progress : bool, optional
             Progress bar for video decoding (default: when stderr is a TTY and tqdm is installed).
-        frames : "auto", "device", "host", "disk" or dict stream -> tier
+        frames : "auto", "device", "host", "disk", "compressed" or dict stream -> tier
             Where video frames live (robocache.frames.plan): GPU memory, pinned host memory the GPU
-            reads per batch, or a memory-mapped cache file. "auto" fills the device up to its budget,
-            then host RAM, then disk; batches are identical whatever the tier.
+            reads per batch, or a memory-mapped cache file; batches are identical whatever the tier.
+            "compressed" keeps each frame as a JPEG the GPU decodes per batch (lossy: ``jpeg_qscale``).
+            "auto" fills the device up to its budget, then host RAM, then disk, and only then compressed
+            (with a warning).
+        jpeg_qscale : int
+            The compressed tier's quality: FFmpeg's MJPEG ``-q:v``, 1 finest .. 31 (default 2).
         device_memory, host_memory : int, optional
             Budgets in bytes for the plan (defaults: 25% of the GPU's free memory, 50% of available RAM).
         missing_files : "error" or "skip"
@@ -1059,7 +1064,7 @@ class Dataset:
         loaded = load_videos({k: v["paths"] for k, v in videos.items()}, device=dev, frames=frames,
                              device_memory=device_memory, host_memory=host_memory, resize=video_resize,
                              backend=video_backend, cache=cache, workers=max_workers, show_progress=show_progress,
-                             other_device_bytes=other, source=str(path))
+                             other_device_bytes=other, source=str(path), jpeg_qscale=jpeg_qscale)
         stored = {}
         for k, (store, times) in loaded.items():
             for i, (t, rows, p) in enumerate(zip(times, videos[k]["rows"], videos[k]["paths"])):

@@ -175,6 +175,7 @@ class DataLoader:
         self._host_plans = any(p.host for p in self._plans)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and not self._host_plans
         self._graph, self._tables, self._side, self._warm = None, None, None, False
+        self._ahead = None             # the thread of host-staged batches (_stager)
         self._graph_lock = threading.Lock()
 
     def _identity(self, identity) -> None:
@@ -406,14 +407,23 @@ class DataLoader:
                 self._warm = True
                 return None, batch, ready
 
+            # host-staged frames (disk, compressed): a batch's host work (page-ins, copies, nvJPEG's
+            # parsing) takes milliseconds, so it runs on a thread of the loader's, beside the training
+            # step, instead of on the training thread; batches stay in order, one ahead
+            ahead = self._stager() if self._host_plans else None
             nxt = prepare(start) if start < n else None
             for k in range(start, n):
-                slot, batch, ready = nxt
+                slot, batch, ready = nxt if ahead is None else nxt.result()
                 # batch k+1 is enqueued before the consumer's work on k; a replay queues the
                 # consumer's wait for batch k in the same C call (host time is the loader's cost
                 # in a host-bound step: docs/perf-notes.md v11)
-                nxt = prepare(k + 1, self._event_handles[k % 2]) if k + 1 < n else None
-                if nxt is None or nxt[0] is None:
+                if k + 1 >= n:
+                    nxt = None
+                elif ahead is not None:
+                    nxt = ahead.submit(self._on_device, prepare, k + 1)
+                else:
+                    nxt = prepare(k + 1, self._event_handles[k % 2])
+                if ahead is not None or nxt is None or nxt[0] is None:
                     consumer.wait_event(ready)
                 if slot is not None:
                     batch = self._graph.hand_out(slot)
@@ -429,6 +439,17 @@ class DataLoader:
                 if self._graph is not None:
                     self._graph.pending.clear()     # a prefetched batch nobody will take
                 self._graph_lock.release()
+
+    def _stager(self):
+        """The loader's thread for host-staged batches (made once, kept with the loader)."""
+        if self._ahead is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="robocache-batch")
+        return self._ahead
+
+    def _on_device(self, fn, *args):
+        with _torch().cuda.device(self.device):
+            return fn(*args)
 
     def _capture(self, episodes, times, k: int) -> None:
         """Capture the batch graph's slots over the static tables (after one eager batch: every

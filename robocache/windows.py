@@ -122,7 +122,7 @@ class _Plan:
     fused: dict = field(default_factory=dict)
     voxel: dict | None = None    # voxelize kwargs; point clouds only
     cloud: tuple = ()            # (frame_offsets [M+1], frames per episode [E], max points per frame)
-    host: tuple = ()             # disk-tier frames on a GPU: (times, offsets, target offsets) as host numpy
+    host: tuple = ()             # host-staged frames on a GPU (disk, compressed): (times, offsets, target offsets) as host numpy
 
 
 def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
@@ -238,8 +238,9 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
     if len(names) > 1:
         p.fused = {n: (s.values, s.times, s.offsets) for n, s in zip(names, streams)}
     st = streams[0]
-    if image and st.frames.tier == "disk" and ds.device.type == "cuda":
-        # the host stages these frames from the file, so it computes which ones without reading the GPU
+    if image and st.frames.host_staged:
+        # the host stages these frames (from the file, or their bitstreams to nvJPEG), so it computes
+        # which ones without reading the GPU
         p.host = (st.times.cpu().numpy(), st._offsets_host, offs)
     return p
 

@@ -5,6 +5,8 @@ frame entries live in its ``frames/`` folder, three files each:
 
     <name>.frames     every frame of the stream, rows back to back: the tier buffer's bytes exactly
     <name>.times.npy  float64 [N]: every file's frame times (seconds) back to back
+    <name>.offsets.npy  compressed-tier entries only (spec format "jpeg"): int64 [N+1], frame i is
+                      bytes offsets[i]:offsets[i+1] of the data file
     <name>.json       written last, by rename: {"complete": true, key, spec, counts, sources,
                       total_bytes, created, checksum, ...}; no JSON, no entry
 
@@ -119,21 +121,26 @@ def sample_rows(counts) -> list[int]:
     return rows
 
 
-def checksum(read_row, counts, frame_bytes: int, times: np.ndarray) -> str:
-    """blake2b of (version, frame_bytes, counts, times, sampled rows); read_row(r) -> bytes of row r."""
+def checksum(read_row, counts, frame_bytes: int, times: np.ndarray, offsets=None) -> str:
+    """blake2b of (version, frame_bytes, counts, times, offsets, sampled rows); read_row(r) -> bytes of row r."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"robocache-frames-v{FORMAT_VERSION}:{int(frame_bytes)}:".encode())
     h.update(np.ascontiguousarray(counts, dtype="<i8").tobytes())
+    if offsets is not None:
+        h.update(np.ascontiguousarray(offsets, dtype="<i8").tobytes())
     h.update(np.ascontiguousarray(times, dtype="<f8").tobytes())
     for r in sample_rows(counts):
         h.update(read_row(r))
     return h.hexdigest()
 
 
-def _pread_row(fd, frame_bytes):
+def _pread_row(fd, frame_bytes, offsets=None):
+    """read(r) -> row r's bytes: fixed rows of frame_bytes, or spans offsets[r]:offsets[r+1]."""
     def read(r):
-        b = os.pread(fd, frame_bytes, r * frame_bytes)
-        if len(b) != frame_bytes:
+        at, size = (r * frame_bytes, frame_bytes) if offsets is None else \
+            (int(offsets[r]), int(offsets[r + 1] - offsets[r]))
+        b = os.pread(fd, size, at)
+        if len(b) != size:
             raise InvalidEntry(f"truncated (row {r} is past the end of the data file)")
         return b
     return read
@@ -162,6 +169,10 @@ class Entry:
     @property
     def meta_path(self) -> Path:
         return self.root / f"{self.name}.json"
+
+    @property
+    def offsets_path(self) -> Path:
+        return self.root / f"{self.name}.offsets.npy"
 
     @property
     def lock_path(self) -> Path:
@@ -211,7 +222,8 @@ class Entry:
             raise InvalidEntry("incomplete")
         if m_key != key:
             raise InvalidEntry("stale (a source file changed since it was written)")
-        if m_counts.ndim != 1 or (m_counts < 0).any() or int(m_counts.sum()) * frame_bytes != total:
+        spans = m_spec.get("format") == "jpeg"   # compressed: variable-size frames, an offsets file
+        if m_counts.ndim != 1 or (m_counts < 0).any() or (not spans and int(m_counts.sum()) * frame_bytes != total):
             raise InvalidEntry("corrupted metadata (counts and total_bytes disagree)")
         if spec is not None and {k: m_spec.get(k) for k in spec} != spec:
             raise InvalidEntry(f"stale (frame format {m_spec} differs from the requested {spec})")
@@ -230,15 +242,26 @@ class Entry:
             raise InvalidEntry(f"has a damaged times file ({type(e).__name__}: {e})") from None
         if times.dtype != np.float64 or times.shape != (int(m_counts.sum()),):
             raise InvalidEntry(f"has a damaged times file ({times.dtype} {times.shape})")
+        offsets = None
+        if spans:
+            try:
+                offsets = np.load(self.offsets_path, allow_pickle=False)
+            except Exception as e:
+                raise InvalidEntry(f"has a damaged offsets file ({type(e).__name__}: {e})") from None
+            if (offsets.dtype != np.int64 or offsets.shape != (len(times) + 1,) or offsets[0] != 0
+                    or offsets[-1] != total or (np.diff(offsets) <= 0).any()):
+                raise InvalidEntry("has a damaged offsets file (not increasing spans of the data file)")
         with open(self.data_path, "rb") as f:
-            got = checksum(_pread_row(f.fileno(), frame_bytes), m_counts, frame_bytes, times)
+            got = checksum(_pread_row(f.fileno(), frame_bytes, offsets), m_counts, frame_bytes, times, offsets)
         if got != digest:
             raise InvalidEntry("corrupted (checksum mismatch)")
         self.meta = meta
+        if spans:
+            meta["offsets"] = offsets   # in memory only: the loader needs them
         return meta, times
 
     def remove(self) -> None:
-        for p in (self.meta_path, self.data_path, self.times_path):
+        for p in (self.meta_path, self.data_path, self.times_path, self.offsets_path):
             with contextlib.suppress(FileNotFoundError):
                 p.unlink()
 
@@ -271,6 +294,7 @@ class EntryWriter:
         self.path = self.root / f"{name}.frames{tag}"
         self._times_tmp = self.root / f"{name}.times{tag}.npy"
         self._meta_tmp = self.root / f"{name}.json{tag}"
+        self._offsets_tmp = self.root / f"{name}.offsets{tag}.npy"
         self._committed = False
         self.dfd = -1
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -315,13 +339,17 @@ class EntryWriter:
             done += os.pwrite(self.fd, view[done:], offset + done)
 
     def commit(self, *, key: str, spec: dict, counts, times: np.ndarray, sources: list[dict],
-               options: dict) -> Path:
-        """Writes the times and the JSON, renames all three into place (JSON last). Returns the data path."""
+               options: dict, offsets=None) -> Path:
+        """Writes the times (and a compressed entry's offsets) and the JSON, renames them into place
+        (JSON last). Returns the data path."""
         counts = np.asarray(counts, np.int64)
         frame_bytes = int(spec["frame_bytes"])
-        digest = checksum(_pread_row(self.fd, frame_bytes), counts, frame_bytes, times)
+        digest = checksum(_pread_row(self.fd, frame_bytes, offsets), counts, frame_bytes, times, offsets)
         with open(self._times_tmp, "wb") as f:
             np.save(f, np.ascontiguousarray(times, np.float64), allow_pickle=False)
+        if offsets is not None:
+            with open(self._offsets_tmp, "wb") as f:
+                np.save(f, np.ascontiguousarray(offsets, np.int64), allow_pickle=False)
         meta = {"complete": True, "version": FORMAT_VERSION, "name": self.name, "key": key, "spec": spec,
                 "counts": counts.tolist(), "frames": int(counts.sum()), "total_bytes": self.nbytes,
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -335,6 +363,8 @@ class EntryWriter:
             (self.root / f"{self.name}.json").unlink()
         os.replace(self.path, final)
         os.replace(self._times_tmp, self.root / f"{self.name}.times.npy")
+        if offsets is not None:
+            os.replace(self._offsets_tmp, self.root / f"{self.name}.offsets.npy")
         os.replace(self._meta_tmp, self.root / f"{self.name}.json")
         self.path, self._committed = final, True
         return final
@@ -352,7 +382,7 @@ class EntryWriter:
         self._close_fds()
         if self._committed:
             return
-        for p in (self.path, self._times_tmp, self._meta_tmp):
+        for p in (self.path, self._times_tmp, self._meta_tmp, self._offsets_tmp):
             with contextlib.suppress(OSError):
                 p.unlink()
 

@@ -38,6 +38,7 @@ from ..readers._common import ReaderError, progress_enabled, require
 from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_codec, _times_or_index, count_frames,
                              decode_video, opencv_codec_error, probe_video, resolve_backend)
 from . import cache as _cache
+from .planes import copy_plane, cpu_count
 from .store import yuv420_bytes
 
 TIERS = ("device", "host", "disk")
@@ -51,14 +52,6 @@ DECODER_THREADS = int(os.environ.get("ROBOCACHE_DECODER_THREADS", "0"))  # 0 = t
 STAGE_BYTES = 32 << 20  # per-worker staging ring of tiers device and disk
 UPLOAD_CHUNK = 256 << 20  # cache -> device: two pinned chunks of this size, each read by several threads
 POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
-
-
-def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -213,18 +206,6 @@ def _check_present(paths):
 # decoding one file into rows
 
 
-def _copy_plane(plane, dst: np.ndarray, h: int, w: int) -> None:
-    """A decoder plane (rows of line_size >= w bytes, alignment padding at the end) into dst [h*w]."""
-    src = np.frombuffer(plane, np.uint8)
-    ls = plane.line_size
-    if ls == w:
-        dst[:] = src[:h * w]
-        return
-    if len(src) < (h - 1) * ls + w:
-        raise ValueError(f"plane of {len(src)} bytes is short for {h} rows of {w} (line size {ls})")
-    np.copyto(dst.reshape(h, w), np.lib.stride_tricks.as_strided(src, (h, w), (ls, 1)))
-
-
 class _Ticker:
     """Frames done, for the progress bar; updated every few frames (tqdm takes a lock)."""
 
@@ -311,11 +292,11 @@ def _decode_pyav_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, sto
                 row = out.row(i)
                 if yuv:
                     planes = frame.planes
-                    _copy_plane(planes[0], row[:y_end], H, W)
-                    _copy_plane(planes[1], row[y_end:u_end], ch, cw)
-                    _copy_plane(planes[2], row[u_end:], ch, cw)
+                    copy_plane(planes[0], row[:y_end], H, W)
+                    copy_plane(planes[1], row[y_end:u_end], ch, cw)
+                    copy_plane(planes[2], row[u_end:], ch, cw)
                 else:
-                    _copy_plane(frame.planes[0], row.reshape(-1), H, W * 3)
+                    copy_plane(frame.planes[0], row.reshape(-1), H, W * 3)
                 times.append(frame.time if frame.time is not None else np.nan)
                 i += 1
                 tick()

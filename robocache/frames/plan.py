@@ -7,7 +7,10 @@ Budgets (bytes), unless given:
 - host: 50% of the machine's available RAM (``MemAvailable``) for pinned frames: pinned pages cannot be
   swapped or reclaimed, and the page cache, the DataLoader-free training process and other jobs need the rest.
 - disk: the free space of the cache directory, less 1 GB.
-``auto`` puts each stream whole into the first tier with room, in the order device, host, disk.
+``auto`` puts each stream whole into the first tier with room, in the order device, host, disk, and
+only then ``compressed`` (lossy: JPEG, see jpeg.py; the loader warns when auto picks it). Compressed
+bytes are not known before coding: the plan counts ``JPEG_BITS_PER_PIXEL`` per pixel, and they live in
+host RAM when they fit its budget, else mapped from the cache file on disk.
 A plan that cannot fit raises one ``MemoryError`` naming the bytes needed and available and the ways out.
 """
 
@@ -17,8 +20,11 @@ import os
 import shutil
 from dataclasses import dataclass
 
-TIER_ORDER = ("device", "host", "disk")
+TIER_ORDER = ("device", "host", "disk", "compressed")
 CHOICES = ("auto",) + TIER_ORDER
+# compressed-tier bytes per pixel the plan assumes: 2x the 0.5 bit/pixel measured at qscale 2 on the
+# CR5 arm's 480x640 footage (docs/frame-storage.md); noisier cameras code larger
+JPEG_BITS_PER_PIXEL = 1.0
 DEVICE_SHARE = 0.25
 HOST_SHARE = 0.50
 DISK_RESERVE = 1 << 30
@@ -37,6 +43,14 @@ class Need:
     @property
     def nbytes(self) -> int:
         return self.frames * self.frame_bytes
+
+    @property
+    def compressed_bytes(self) -> int:
+        """The compressed tier's estimate (JPEG_BITS_PER_PIXEL)."""
+        return int(self.frames * self.height * self.width * JPEG_BITS_PER_PIXEL / 8)
+
+    def bytes_in(self, tier: str) -> int:
+        return self.compressed_bytes if tier == "compressed" else self.nbytes
 
 
 def _gb(n: float) -> str:
@@ -120,9 +134,10 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
         want = per.get(need.name, default)
         tiers = TIER_ORDER if want == "auto" else (want,)
         for t in tiers:
-            pool = "host" if cpu and t == "device" else t
-            if need.nbytes <= left[pool]:
-                left[pool] -= need.nbytes
+            pools = ("host", "disk") if t == "compressed" else ("host" if cpu and t == "device" else t,)
+            pool = next((p for p in pools if need.bytes_in(t) <= left[p]), None)
+            if pool is not None and (t != "compressed" or need.height * need.width > 0):
+                left[pool] -= need.bytes_in(t)
                 out[need.name] = "cpu" if cpu and t in ("device", "host") else t
                 break
         else:
@@ -139,6 +154,7 @@ def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> 
              f"  left: {where} {_gb(left['device'])}" + ("" if cpu else f" of a {_gb(b.device)} budget")
              + f", host {_gb(left['host'])} of {_gb(b.host)}, disk {_gb(left['disk'])} at {b.disk_dir}"]
     ways = ["video_resize=(h, w) stores fewer bytes per frame",
+            f"frames='compressed' codes the frames as JPEG (lossy; ~{_gb(need.compressed_bytes)} for this stream)",
             "episodes=[...] loads part of the dataset",
             "frames='disk' (or 'host') puts the frames in another tier"
             + ("" if want == "auto" else f" (this stream asked for {want!r})"),

@@ -1,10 +1,13 @@
 """FrameStore: one image stream's frames in one tier, and "these frames into this batch".
 
 Storage is one row per frame: RGB-like ``[N, H, W, C]`` (uint8 or float32, as the source stored it) or
-YUV 4:2:0 ``[N, H*W + 2*ch*cw]`` uint8 (I420, as the video decoder hands it back: 1.5 bytes/pixel).
+YUV 4:2:0 ``[N, H*W + 2*ch*cw]`` uint8 (I420, as the video decoder hands it back: 1.5 bytes/pixel); or,
+in the compressed tier, each frame's I420 planes coded as a JPEG (bytes back to back + offsets, see jpeg.py).
 Tiers: ``device`` (a tensor on the dataset's GPU), ``host`` (pinned host memory the GPU reads directly:
 only the sampled frames cross the bus), ``disk`` (a read-only memory-mapped cache file; batches stage the
-sampled frames through pinned buffers, see ``stage``), ``cpu`` (a CPU dataset: plain memory).
+sampled frames through pinned buffers, see ``stage``), ``cpu`` (a CPU dataset: plain memory), ``compressed``
+(JPEG bitstreams in host memory, or mapped from the cache file when they exceed the host budget; each batch
+decodes only its sampled frames, on the GPU with nvJPEG: lossy, opt-in or the plan's last resort).
 Every tier goes through the same kernel (``robocache._C.gather_frames``: gather, YUV -> RGB, resize,
 layout, dtype in one pass), so batches are bit-identical whatever the tier.
 """
@@ -15,8 +18,8 @@ import math
 import numpy as np
 
 
-TIERS = ("device", "host", "disk", "cpu")
-FORMATS = ("rgb", "yuv420")
+TIERS = ("device", "host", "disk", "cpu", "compressed")
+FORMATS = ("rgb", "yuv420", "jpeg")
 
 
 def _torch():
@@ -36,8 +39,9 @@ class FrameStore:
     ----------
     data : torch.Tensor
         The storage rows: ``[N, H, W, C]`` for ``rgb``, ``[N, frame_bytes]`` uint8 for ``yuv420``;
-        on the GPU (device tier) or the CPU (host: pinned; disk: over a memory map; cpu).
-    format : "rgb" or "yuv420"
+        on the GPU (device tier) or the CPU (host: pinned; disk: over a memory map; cpu). ``jpeg``: numpy
+        uint8 ``[S]``, every frame's bitstream back to back (in RAM or over the cache file's map).
+    format : "rgb", "yuv420" or "jpeg" (compressed tier: 4:2:0 planes as JPEG)
     height, width, channels : int
         The decoded frame (``yuv420`` decodes to 3 channels of uint8).
     tier : "device", "host", "disk" or "cpu"
@@ -49,11 +53,16 @@ class FrameStore:
         A subset's map from its frame index to a storage row (int64 on ``device``, or host for disk), so
         a subset of a memory-mapped store copies nothing.
     path : str or None
-        The file behind a disk-tier store.
+        The file behind a disk-tier (or compressed) store.
+    offsets : numpy int64 [N+1] or None
+        ``jpeg``: frame i is ``data[offsets[i]:offsets[i+1]]``.
+    qscale : int or None
+        ``jpeg``: the encoder's quantizer scale (FFmpeg's MJPEG ``-q:v``), the quality of the tier.
     """
 
     def __init__(self, data, *, format: str, height: int, width: int, channels: int, tier: str, device,
-                 matrix: str = "bt601", full_range: bool = False, rows=None, path: str | None = None):
+                 matrix: str = "bt601", full_range: bool = False, rows=None, path: str | None = None,
+                 offsets=None, qscale: int | None = None):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         if tier not in TIERS:
@@ -63,6 +72,9 @@ class FrameStore:
         self.matrix, self.full_range = matrix, bool(full_range)
         self.device = _torch().device(device)
         self.rows, self.path = rows, path
+        self.offsets, self.qscale = offsets, qscale
+        if (format == "jpeg") != (offsets is not None):
+            raise ValueError("format 'jpeg' (and only it) takes offsets")
         self._host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
 
     @classmethod
@@ -81,12 +93,20 @@ class FrameStore:
 
     @classmethod
     def create(cls, rows, *, format: str, height: int, width: int, channels: int = 3, tier: str, device,
-               path=None, matrix: str = "bt601", full_range: bool = False) -> "FrameStore":
+               path=None, matrix: str = "bt601", full_range: bool = False, qscale: int = 2) -> "FrameStore":
         """A store of ``rows`` (numpy or torch: ``[N, H, W, C]`` rgb or ``[N, frame_bytes]`` yuv420) in
-        ``tier``: copied to the device, into pinned host memory, or written to ``path`` and mapped."""
+        ``tier``: copied to the device, into pinned host memory, or written to ``path`` and mapped;
+        ``compressed``: yuv420 rows coded as JPEG at ``qscale`` (robocache.frames.jpeg), kept in RAM."""
         torch = _torch()
         device = torch.device(device)
         a = rows.cpu().numpy() if isinstance(rows, torch.Tensor) else np.ascontiguousarray(rows)
+        if tier == "compressed":
+            if format != "yuv420":
+                raise ValueError(f"tier 'compressed' codes yuv420 frames (the video decoder's), got format {format!r}")
+            from .jpeg import encode_all, pack
+            data, offsets = pack(encode_all(a, height, width, qscale))
+            return cls(data, format="jpeg", height=height, width=width, channels=3, tier=tier, device=device,
+                       matrix=matrix, full_range=full_range, offsets=offsets, qscale=qscale)
         if tier == "disk":
             if path is None:
                 raise ValueError("tier 'disk' needs a path for the frame file")
@@ -109,7 +129,9 @@ class FrameStore:
     # --- shape and size ------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self.rows.shape[0]) if self.rows is not None else int(self.data.shape[0])
+        if self.rows is not None:
+            return int(self.rows.shape[0])
+        return len(self.offsets) - 1 if self.offsets is not None else int(self.data.shape[0])
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -124,20 +146,37 @@ class FrameStore:
     @property
     def dtype(self):
         """dtype of a decoded frame (uint8 for video)."""
-        return self.data.dtype
+        return _torch().uint8 if self.format == "jpeg" else self.data.dtype
+
+    @property
+    def host_staged(self) -> bool:
+        """Whether a GPU batch needs its frame ids on the host (the disk tier copies those frames, the
+        compressed tier hands their bitstreams to nvJPEG): the loader computes them from its host order."""
+        return self.is_cuda and (self.tier == "disk" or self.format == "jpeg")
+
+    @property
+    def yuv_bytes(self) -> int:
+        """Bytes of one decoded I420 frame (``yuv420`` and ``jpeg``)."""
+        return yuv420_bytes(self.height, self.width)
 
     @property
     def frame_bytes(self) -> int:
-        """Stored bytes per frame."""
+        """Stored bytes per frame (``jpeg``: the mean)."""
+        if self.format == "jpeg":
+            n = len(self.offsets) - 1
+            return int(round(int(self.offsets[-1]) / n)) if n else 0
         return math.prod(self.data.shape[1:]) * self.data.element_size()
 
     @property
     def nbytes(self) -> int:
         """Bytes the storage holds (the whole file for a disk-tier subset)."""
+        if self.format == "jpeg":
+            return int(self.data.nbytes) + int(self.offsets.nbytes)
         return int(self.data.shape[0]) * self.frame_bytes
 
     def __repr__(self) -> str:
-        return (f"FrameStore({len(self)} frames {self.height}x{self.width}x{self.channels}, {self.format}, "
+        q = f" q{self.qscale}" if self.format == "jpeg" else ""
+        return (f"FrameStore({len(self)} frames {self.height}x{self.width}x{self.channels}, {self.format}{q}, "
                 f"{self.tier} tier, {self.nbytes / 1e9:.2f} GB)")
 
     # --- gather --------------------------------------------------------------------------
@@ -184,6 +223,9 @@ class FrameStore:
         return result
 
     def _gather_into(self, view, ids, scale, host_ids=None):
+        if self.format == "jpeg":
+            from .jpeg import gather_jpeg
+            return gather_jpeg(self, view, ids, scale, host_ids)
         if self.tier == "disk":
             from .stage import gather_disk
             return gather_disk(self, view, ids, scale, host_ids)
@@ -225,9 +267,10 @@ class FrameStore:
             rows = self._host_rows[rows]
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   device=self.device, matrix=self.matrix, full_range=self.full_range)
-        if self.tier == "disk":
+        if self.tier in ("disk", "compressed"):
             r = torch.from_numpy(rows)
-            return FrameStore(self.data, tier="disk", rows=r.to(self.device), path=self.path, **kw)
+            return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
+                              offsets=self.offsets, qscale=self.qscale, **kw)
         idx = torch.from_numpy(rows).to(self.data.device)
         data = self.data.index_select(0, idx) if rows.size else self.data[:0].clone()
         if self.tier == "host" and self.data.is_pinned():
@@ -243,7 +286,8 @@ class FrameStore:
         if device == self.device:
             return self
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
-                  matrix=self.matrix, full_range=self.full_range, path=self.path)
+                  matrix=self.matrix, full_range=self.full_range, path=self.path, offsets=self.offsets,
+                  qscale=self.qscale)
         rows = None if self.rows is None else self.rows.to(device)
         if self.tier in ("device", "cpu"):
             data = self.data.to(device)

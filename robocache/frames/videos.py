@@ -3,8 +3,10 @@ each stream into the tier the plan gave it (decoded in parallel, or mapped from 
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping, Sequence
 
+from .compress import ingest_compressed
 from .ingest import ingest_videos, probe_videos
 from .plan import Need, budgets, plan
 from .store import FrameStore
@@ -12,12 +14,14 @@ from .store import FrameStore
 
 def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", device_memory=None,
                 host_memory=None, resize=None, backend: str = "auto", cache: bool = True, workers=None,
-                show_progress=None, other_device_bytes: int = 0, source: str = "") -> dict:
+                show_progress=None, other_device_bytes: int = 0, source: str = "", jpeg_qscale: int = 2) -> dict:
     """``{stream: (FrameStore, [frame times per file])}`` for ``{stream: [one video file per episode]}``.
 
     The plan is made before anything is decoded (see robocache.frames.plan); ``frames`` is "auto", a
-    tier, or ``{stream: tier}``.
+    tier, or ``{stream: tier}``. ``jpeg_qscale``: the compressed tier's quantizer (robocache.frames.jpeg).
     """
+    from .jpeg import check_qscale
+    check_qscale(jpeg_qscale)
     probed = {k: probe_videos(list(paths), resize=resize, backend=backend, workers=workers)
               for k, paths in videos.items()}
     needs = [Need(k, int(counts.sum()), spec.frame_bytes, spec.height, spec.width)
@@ -26,9 +30,28 @@ def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", d
                 other_device_bytes=other_device_bytes)
     tiers = plan(needs, frames, b, device=device, hint=f"{source}: " if source else "")
     out = {}
+    host_left = b.host - sum(n.nbytes for n in needs if tiers[n.name] in ("host", "cpu"))
     for k, paths in videos.items():
         spec, counts, _ = probed[k]
         tier = tiers[k]
+        if tier == "compressed":
+            asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
+            if asked == "auto":
+                warnings.warn(f"{source + ': ' if source else ''}frames of {k!r} do not fit the device, host or disk "
+                              f"budgets decoded, so they are kept compressed as JPEG at jpeg_qscale={jpeg_qscale} "
+                              f"(lossy; docs/frame-storage.md gives the PSNR per setting). Raise a budget or pass "
+                              f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
+                              stacklevel=3)
+            got = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
+                                    show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
+                                    host_budget=max(0, host_left))
+            if not got.mapped:
+                host_left -= got.data.nbytes
+            store = FrameStore(got.data, format="jpeg", height=spec.height, width=spec.width, channels=3,
+                               tier="compressed", device=device, matrix=spec.matrix, full_range=spec.full_range,
+                               path=got.cache_path, offsets=got.offsets, qscale=jpeg_qscale)
+            out[k] = (store, list(got.times))
+            continue
         got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,
                             device=device if tier == "device" else None, resize=resize,
                             backend=backend, cache=cache, workers=workers, show_progress=show_progress,

@@ -1,0 +1,513 @@
+"""DROID-scale training from the compressed frame tier, against the loaders people use.
+
+    python benchmarks/bench_scale.py [--frames 3000000] [--json OUT]
+    python benchmarks/bench_scale.py --decode-only        # the codec comparison alone
+
+The set: DROID-shaped (3 cameras at 180x320, 15 fps, 300-step episodes, state [8], action chunks
+[16, 7]) with --frames camera frames in the compressed tier (JPEG at --qscale, bytes in host RAM,
+decoded per batch by nvJPEG on the GPU), sampled with a global shuffle. Its frames are --pool
+distinct generated camera-like images (smooth moving fields + sensor noise), coded once and laid
+out physically for every slot: the host holds every frame's bytes, the decoder decodes each.
+Measured in one run, with the GPU's name:
+  decode    frames/s, host ms per batch and bytes/frame of the GPU decoders on the same bitstreams:
+            robocache (nvJPEG batched, each backend: the JPEG engines, GPU Huffman, CPU Huffman) and
+            torchvision.io.decode_jpeg(device="cuda") (the same library, RGB out, one tensor per image);
+            PyAV's CPU decode for scale; PSNR and bytes per --qscale setting
+  loader    samples/s at batch --batch (3 frames + low-dim windows each), and the loader's cost in a
+            GR00T-style step (a 3-camera conv policy), paired against fixed in-memory batches
+  torch     torch.utils.data.DataLoader, --workers workers, each sample decoding its 3 frames from
+            short-GOP AV1 mp4s with PyAV (LeRobot's default; --mp4-episodes episodes encoded here,
+            g=2 crf=30: its rate per sample does not depend on the set's size)
+  host      robocache's host tier (decoded YUV in pinned memory) on the largest subset that fits
+  ingest    the real pipeline (AV1 decode + JPEG coding) on the mp4s, cold and from the cache
+  energy    GPU energy (NVML's counter, nvidia-ml-py) and CPU core-seconds (/proc/stat) per 1,000 samples
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import robocache  # noqa: E402
+from robocache import Window  # noqa: E402
+from robocache.frames.jpeg import decode_rows_cpu, encode_all, pack  # noqa: E402
+from robocache.frames.store import FrameStore, yuv420_bytes  # noqa: E402
+
+H, W, FPS, EP_LEN, CAMS = 180, 320, 15, 300, ("exterior_1", "exterior_2", "wrist")
+STATE, ACTION, CHUNK = 8, 7, 16
+
+
+def sync():
+    torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------
+# frames
+
+
+def camera_pool(n: int, h: int = H, w: int = W, seed: int = 0) -> np.ndarray:
+    """n distinct camera-like I420 frames: moving smooth fields, edges, sensor noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    ch, cw = (h + 1) // 2, (w + 1) // 2
+    yc, xc = np.mgrid[0:ch, 0:cw].astype(np.float32)
+    out = np.empty((n, yuv420_bytes(h, w)), np.uint8)
+    for i in range(n):
+        a, b, c = rng.uniform(0, 6.3, 3)
+        Y = (120 + 70 * np.sin(x / (9 + 4 * a) + b) * np.cos(y / (13 + 3 * c) - a)
+             + 30 * ((x + 40 * a) % 97 < 48) + rng.normal(0, 3, (h, w)))
+        U = 128 + 40 * np.sin(xc / 11 + c) + rng.normal(0, 2, (ch, cw))
+        V = 128 + 40 * np.cos(yc / 7 - b) + rng.normal(0, 2, (ch, cw))
+        out[i] = np.concatenate([np.clip(p, 16, 235).astype(np.uint8).ravel() for p in (Y, U, V)])
+    return out
+
+
+def psnr(a, b) -> float:
+    mse = np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)
+    return float(10 * np.log10(255.0 ** 2 / mse)) if mse else float("inf")
+
+
+def quality(pool: np.ndarray, qscales=(1, 2, 4, 8)) -> list:
+    rows = []
+    for q in qscales:
+        data, offsets = pack(encode_all(pool, H, W, q))
+        dec = np.empty_like(pool)
+        decode_rows_cpu(data, offsets, np.arange(len(pool)), dec, H, W)
+        rows.append({"qscale": q, "bytes_per_frame": data.nbytes / len(pool),
+                     "ratio_vs_rgb": H * W * 3 * len(pool) / data.nbytes, "psnr_db": psnr(dec, pool)})
+    return rows
+
+
+def replicate(pool_data, pool_offsets, episodes: int, seed: int):
+    """episodes x EP_LEN frames' bitstreams laid out physically: each episode a run of consecutive pool
+    frames (like a video) from a random start, one copy per episode."""
+    P = len(pool_offsets) - 1
+    sizes = np.diff(pool_offsets)
+    twice = np.tile(pool_data, 2 + EP_LEN // P)              # runs that wrap around the pool
+    starts = np.random.default_rng(seed).integers(0, P, episodes)
+    idx = (starts[:, None] + np.arange(EP_LEN)[None]) % P
+    offsets = np.zeros(episodes * EP_LEN + 1, np.int64)
+    np.cumsum(sizes[idx.ravel()], out=offsets[1:])
+    data = np.empty(int(offsets[-1]), np.uint8)
+    for e, s in enumerate(starts):
+        a, b = int(offsets[e * EP_LEN]), int(offsets[(e + 1) * EP_LEN])
+        data[a:b] = twice[pool_offsets[s]:pool_offsets[s] + (b - a)]
+    return data, offsets
+
+
+def lowdim(E: int, rng) -> list:
+    eps = []
+    for e in range(E):
+        t = np.arange(EP_LEN) / FPS
+        eps.append({"state": (rng.normal(size=(EP_LEN, STATE)).astype(np.float32), t),
+                    "action": (rng.normal(size=(EP_LEN, ACTION)).astype(np.float32), t)})
+    return eps
+
+
+def windows() -> dict:
+    w = {"state": Window("state", indices=[0], rate=FPS, normalize="mean_std"),
+         "action": Window("action", indices=range(CHUNK), rate=FPS, normalize="mean_std")}
+    for c in CAMS:
+        w[c] = Window(c, indices=[0], rate=FPS, layout="BTCHW")
+    return w
+
+
+# ---------------------------------------------------------------------------------------------
+# the policy and its step
+
+
+class Policy(nn.Module):
+    """GR00T-style: a conv embedding per camera frame (shared), the state, an MLP head -> action chunk."""
+
+    def __init__(self, hidden=256):
+        super().__init__()
+        self.state = nn.Sequential(nn.Linear(STATE, hidden), nn.GELU())
+        self.image = nn.Sequential(
+            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.GELU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(128, 128, 3, stride=2, padding=1), nn.GELU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, hidden))
+        self.head = nn.Sequential(nn.Linear(hidden * (1 + len(CAMS)), hidden), nn.GELU(),
+                                  nn.Linear(hidden, CHUNK * ACTION))
+
+    def forward(self, b):
+        B = b["state"].shape[0]
+        imgs = torch.cat([b[c][:, 0] for c in CAMS])                 # [3B, 3, H, W]
+        z = self.image(imgs).view(len(CAMS), B, -1).permute(1, 0, 2).reshape(B, -1)
+        return self.head(torch.cat([self.state(b["state"][:, 0]), z], 1)).view(B, CHUNK, ACTION)
+
+
+def train_loop(batches, steps: int, warm: int, dev) -> float:
+    """ms per GR00T-style step (bf16 autocast, AdamW) fed by `batches`."""
+    torch.manual_seed(0)
+    model = Policy().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for i in range(warm + steps):
+        if i == warm:
+            sync()
+            t = time.perf_counter()
+        b = next(batches)
+        with torch.autocast("cuda", torch.bfloat16):
+            loss = ((model(b) - b["action"]) ** 2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    sync()
+    return 1e3 * (time.perf_counter() - t) / steps
+
+
+def step_cost(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
+    """Each loader's cost in the step, paired against fixed batches run just before and after it."""
+    per = {k: [] for k in loops}
+    base_ms = []
+    for _ in range(rounds):
+        before = train_loop(fixed(), steps, 3, dev)
+        for who, make in loops.items():
+            r = train_loop(make(), steps, 3, dev)
+            after = train_loop(fixed(), steps, 3, dev)
+            base = (before + after) / 2
+            per[who].append((r, (r - base) / r))
+            base_ms.append(base)
+            before = after
+    out = {"fixed_step_ms": statistics.median(base_ms)}
+    for who, rs in per.items():
+        c = [x for _, x in rs]
+        out[who] = {"step_ms": statistics.median([r for r, _ in rs]), "loader_cost": statistics.median(c),
+                    "cost_p25": float(np.quantile(c, 0.25)), "cost_p75": float(np.quantile(c, 0.75))}
+    return out
+
+
+def endless(make_iter):
+    while True:
+        yield from make_iter()
+
+
+# ---------------------------------------------------------------------------------------------
+# measurement helpers
+
+
+class Meter:
+    """GPU energy (NVML's total-energy counter, mJ) and CPU core-seconds (/proc/stat) over a span."""
+
+    def __init__(self, dev):
+        self.nvml = None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(dev.index or 0)
+        except Exception as e:  # no nvidia-ml-py, or no NVML
+            self.why = f"{type(e).__name__}: {e}"
+
+    def _cpu(self):
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")   # all but idle and iowait
+
+    def __enter__(self):
+        self.t0, self.c0 = time.perf_counter(), self._cpu()
+        self.e0 = self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) if self.nvml else None
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+        self.cpu_core_s = self._cpu() - self.c0
+        self.gpu_j = (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self.e0) / 1e3 \
+            if self.nvml else None
+
+    def per_1000(self, samples: int) -> dict:
+        k = 1000.0 / samples
+        return {"gpu_joules": None if self.gpu_j is None else self.gpu_j * k,
+                "gpu_watts": None if self.gpu_j is None else self.gpu_j / self.seconds,
+                "cpu_core_seconds": self.cpu_core_s * k, "cores_busy": self.cpu_core_s / self.seconds}
+
+
+def rate(make_iter, B: int, n: int, warm: int, dev) -> dict:
+    it = endless(make_iter)
+    for _ in range(warm):
+        next(it)
+    sync()
+    with Meter(dev) as m:
+        for _ in range(n):
+            b = next(it)
+        sync()
+    del b
+    return {"samples_per_s": B * n / m.seconds, **{f"per_1000_{k}": v for k, v in m.per_1000(B * n).items()}}
+
+
+def rss_gb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 2 ** 20
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# decode comparison
+
+
+def decode_bench(dev, qscale: int, batch: int, rounds: int = 30) -> dict:
+    """Decoders on the same bitstreams: frames/s, host ms per call, bytes/frame (480x640 and 180x320)."""
+    from robocache._C import decode_jpeg
+    from robocache.frames.jpeg import _library, backend
+    out = {"backend": backend(dev)}
+    for h, w in ((H, W), (480, 640)):
+        pool = camera_pool(512, h, w, seed=1)
+        data, offsets = pack(encode_all(pool, h, w, qscale))
+        rng = np.random.default_rng(0)
+        ids = [rng.integers(0, 512, batch).astype(np.int64) for _ in range(rounds)]
+        planes = torch.empty((batch, yuv420_bytes(h, w)), dtype=torch.uint8, device=dev)
+        lib = _library()
+        host, t = [], None
+        for k in range(rounds + 3):
+            if k == 3:
+                sync()
+                t = time.perf_counter()
+            t0 = time.perf_counter()
+            decode_jpeg(data, offsets, ids[k % rounds], planes, height=h, width=w, library=lib)
+            host.append(time.perf_counter() - t0)
+        sync()
+        r = {"robocache_frames_per_s": batch * rounds / (time.perf_counter() - t),
+             "robocache_host_ms_per_call": 1e3 * statistics.median(host[3:]),
+             "bytes_per_frame": data.nbytes / 512}
+        try:
+            from torchvision.io import decode_jpeg as tv_decode
+            blobs = [torch.from_numpy(data[offsets[i]:offsets[i + 1]].copy()) for i in range(512)]
+            host = []
+            for k in range(rounds + 3):
+                if k == 3:
+                    sync()
+                    t = time.perf_counter()
+                t0 = time.perf_counter()
+                tv_decode([blobs[i] for i in ids[k % rounds]], device=dev)
+                host.append(time.perf_counter() - t0)
+            sync()
+            r.update(torchvision_frames_per_s=batch * rounds / (time.perf_counter() - t),
+                     torchvision_host_ms_per_call=1e3 * statistics.median(host[3:]))
+        except Exception as e:  # noqa: BLE001 (reported, not fatal)
+            r["torchvision"] = f"{type(e).__name__}: {e}"[:200]
+        out_cpu = np.empty((64, yuv420_bytes(h, w)), np.uint8)
+        t = time.perf_counter()
+        decode_rows_cpu(data, offsets, ids[0][:64], out_cpu, h, w)
+        r["pyav_cpu_frames_per_s_1core"] = 64 / (time.perf_counter() - t)
+        out[f"{h}x{w}"] = r
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the torch DataLoader contender
+
+
+def encode_mp4s(pool, E: int, root: Path) -> list:
+    """E episodes x 3 cameras of EP_LEN frames as AV1 mp4 (libsvtav1, g=2, crf=30: LeRobot's)."""
+    from concurrent.futures import ProcessPoolExecutor
+    jobs = [(str(root / f"ep{e:04d}_{c}.mp4"), e * 7 + k) for e in range(E) for k, c in enumerate(CAMS)]
+    with ProcessPoolExecutor(min(16, os.cpu_count() or 1)) as pool_:
+        list(pool_.map(_encode_one, [(p, s, pool) for p, s in jobs], chunksize=1))
+    return [[jobs[e * 3 + k][0] for k in range(3)] for e in range(E)]
+
+
+def _encode_one(args):
+    os.environ["SVT_LOG"] = "1"          # SVT-AV1's banner per file, otherwise
+    import av
+    path, seed, pool = args
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(pool), EP_LEN)
+    with av.open(path, "w") as c:
+        s = c.add_stream("libsvtav1", rate=FPS)
+        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+        s.options = {"g": "2", "crf": "30", "preset": "12"}
+        for i in pick:
+            f = av.VideoFrame.from_ndarray(pool[i].reshape(H * 3 // 2, W), format="yuv420p")
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+
+
+class PyAVSamples(torch.utils.data.Dataset):
+    """LeRobot's way: per sample, each camera's video opened, sought to the key frame before the
+    timestamp and decoded up to it (PyAV), RGB -> [1, 3, H, W] float; low-dim windows in NumPy."""
+
+    def __init__(self, mp4s, lows):
+        self.mp4s, self.lows = mp4s, lows
+        self.n = len(mp4s) * EP_LEN
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import av
+        e, k = divmod(i, EP_LEN)
+        t = k / FPS
+        st, act = self.lows[e]["state"][0], self.lows[e]["action"][0]
+        out = {"state": torch.from_numpy(st[k:k + 1]),
+               "action": torch.from_numpy(np.concatenate([act[k:k + CHUNK],
+                                                          np.repeat(act[-1:], max(0, k + CHUNK - EP_LEN), 0)]))}
+        for c, path in zip(CAMS, self.mp4s[e]):
+            with av.open(path) as cont:
+                s = cont.streams.video[0]
+                cont.seek(int(t / s.time_base), stream=s, backward=True)
+                frame = None
+                for f in cont.decode(s):
+                    frame = f
+                    if f.time is not None and f.time >= t - 1e-4:
+                        break
+            out[c] = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)[None].float().div_(255)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=3_060_000, help="camera frames in the set (all 3 cameras)")
+    ap.add_argument("--pool", type=int, default=4096)
+    ap.add_argument("--qscale", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=16)
+    ap.add_argument("--mp4-episodes", type=int, default=32)
+    ap.add_argument("--host-frames", type=int, default=240_000, help="camera frames of the host-tier subset")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--decode-only", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_scale needs a CUDA GPU")
+        return 1
+    dev = torch.device("cuda", 0)
+    res = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "args": vars(args) | {"json": None}}
+
+    def save():
+        print(json.dumps(res, indent=1, default=str)[-3000:], flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1, default=str))
+
+    # ---- decoders -----------------------------------------------------------------------------
+    res["decode"] = {}
+    for b in ("hardware", "gpu_hybrid", "hybrid"):
+        env = {**os.environ, "ROBOCACHE_NVJPEG_BACKEND": b}
+        code = ("import json,sys,torch; sys.path.insert(0,'benchmarks'); import bench_scale as s; "
+                f"print('@@'+json.dumps(s.decode_bench(torch.device('cuda',0), {args.qscale}, {args.batch * 3})))")
+        p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+        line = [x for x in p.stdout.splitlines() if x.startswith("@@")]
+        res["decode"][b] = json.loads(line[0][2:]) if line else {"error": (p.stderr or p.stdout)[-600:]}
+        print(b, json.dumps(res["decode"][b])[:600], flush=True)
+    pool = camera_pool(args.pool)
+    res["quality"] = quality(pool[:256])
+    save()
+    if args.decode_only:
+        return 0
+
+    # ---- the compressed set ------------------------------------------------------------------
+    E = -(-args.frames // (len(CAMS) * EP_LEN))
+    rng = np.random.default_rng(0)
+    t = time.perf_counter()
+    pdata, poff = pack(encode_all(pool, H, W, args.qscale))
+    stores = {}
+    for k, c in enumerate(CAMS):
+        data, offsets = replicate(pdata, poff, E, seed=k)
+        stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed", device=dev,
+                               matrix="bt601", offsets=offsets, qscale=args.qscale)
+    times = [np.arange(EP_LEN) / FPS] * E
+    eps = lowdim(E, rng)
+    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (s, times) for c, s in stores.items()})
+    res["set"] = {"episodes": E, "camera_frames": E * EP_LEN * len(CAMS), "samples": E * EP_LEN,
+                  "rgb_gb": E * EP_LEN * len(CAMS) * H * W * 3 / 1e9,
+                  "compressed_gb": sum(s.nbytes for s in stores.values()) / 1e9,
+                  "build_s": time.perf_counter() - t, "host_rss_gb": rss_gb(),
+                  "gpu_allocated_gb": torch.cuda.memory_allocated(dev) / 1e9}
+    print(ds, flush=True)
+    save()
+
+    B = args.batch
+    loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+    torch.cuda.reset_peak_memory_stats(dev)
+    res["robocache_compressed"] = rate(lambda: iter(loader), B, 150, 5, dev)
+    res["robocache_compressed"]["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+    print("compressed", res["robocache_compressed"], flush=True)
+    fixed_batch = next(iter(loader))
+    fixed_batch = {k: v.clone() for k, v in fixed_batch.items()}
+    save()
+
+    # ---- the torch DataLoader over AV1 mp4s ----------------------------------------------------
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    t = time.perf_counter()
+    mp4s = encode_mp4s(pool[:1024], args.mp4_episodes, tmp)
+    res["mp4"] = {"episodes": args.mp4_episodes, "encode_s": time.perf_counter() - t,
+                  "bytes_per_frame": sum(os.path.getsize(p) for ps in mp4s for p in ps) / (len(mp4s) * 3 * EP_LEN)}
+    lows = [{k: (v[0], v[1]) for k, v in eps[e].items()} for e in range(args.mp4_episodes)]
+    tds = PyAVSamples(mp4s, lows)
+    tl = torch.utils.data.DataLoader(tds, B, shuffle=True, num_workers=args.workers, drop_last=True,
+                                     pin_memory=True, persistent_workers=True, prefetch_factor=4)
+
+    def torch_iter():
+        for b in tl:
+            yield {k: v.to(dev, non_blocking=True) for k, v in b.items()}
+    res["torch_pyav"] = rate(torch_iter, B, 20, 3, dev)
+    print("torch", res["torch_pyav"], flush=True)
+    save()
+
+    # ---- step cost -------------------------------------------------------------------------------
+    fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
+    res["step"] = step_cost(fixed, {"robocache_compressed": lambda: endless(lambda: iter(loader)),
+                                    "torch_pyav": lambda: endless(torch_iter)},
+                            args.rounds, args.steps, dev)
+    print("step", res["step"], flush=True)
+    save()
+    tl = None
+    gc.collect()
+
+    # ---- ingest: the real pipeline on the mp4s ------------------------------------------------
+    from robocache.frames.compress import ingest_compressed
+    os.environ["ROBOCACHE_CACHE_DIR"] = str(tmp / "cache")
+    paths = [ps[0] for ps in mp4s]
+    cold = ingest_compressed(paths, qscale=args.qscale, show_progress=False)
+    warm = ingest_compressed(paths, qscale=args.qscale, show_progress=False)
+    res["ingest"] = {"frames": int(cold.offsets[-1]), "cold_frames_per_s": cold.frames_per_s,
+                     "cache_frames_per_s": warm.frames_per_s, "cores": os.cpu_count(),
+                     "projected_cold_hours_for_set": res["set"]["camera_frames"] / cold.frames_per_s / 3600}
+    print("ingest", res["ingest"], flush=True)
+    save()
+
+    # ---- the host tier on a subset that fits ------------------------------------------------------
+    loader = ds = stores = None
+    gc.collect()
+    He = max(1, args.host_frames // (len(CAMS) * EP_LEN))
+    dec = np.empty((len(poff) - 1, yuv420_bytes(H, W)), np.uint8)
+    decode_rows_cpu(pdata, poff, np.arange(len(poff) - 1), dec, H, W)
+    hstores = {}
+    for k, c in enumerate(CAMS):
+        pick = np.random.default_rng(k).integers(0, len(dec), He * EP_LEN)
+        hstores[c] = FrameStore.create(dec[pick], format="yuv420", height=H, width=W, tier="host", device=dev)
+    hds = robocache.Dataset.from_episodes(eps[:He], device=dev, frames={c: (s, times[:He]) for c, s in hstores.items()})
+    hl = robocache.DataLoader(hds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+    res["robocache_host"] = {**rate(lambda: iter(hl), B, 150, 5, dev), "camera_frames": He * EP_LEN * 3,
+                             "pinned_gb": sum(s.nbytes for s in hstores.values()) / 1e9}
+    print("host", res["robocache_host"], flush=True)
+    res["ratio_vs_torch"] = res["robocache_compressed"]["samples_per_s"] / res["torch_pyav"]["samples_per_s"]
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+/* cuda/jpeg.cu: the compressed frame tier's per-batch decode: JPEG bitstreams (4:2:0, as
+ * robocache's ingest writes them) -> I420 rows on the GPU through nvJPEG's batched decoder.
+ * Layout (elements): out [count, H*W + 2*ch*cw] uint8 on the device, one row per bitstream
+ * (Y, then U, then V of ch x cw = ceil(H/2) x ceil(W/2)); data/lengths: host arrays of count.
+ * nvJPEG is loaded with dlopen on first use (like cudart, users need only the driver until they
+ * ask for this tier); its declarations are our own (nvjpeg_abi.cuh), so building needs no nvJPEG.
+ * Benchmark: python benchmarks/bench_scale.py --decode-only */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../csrc/robocache.h"
+#include "cuda_util.cuh"
+#include "nvjpeg_abi.cuh"
+
+namespace {
+
+struct nvjpeg_api {
+    void *lib = nullptr;
+    char path[512] = {0};
+    nvjpeg_create_ex_fn create_ex = nullptr;
+    nvjpeg_destroy_fn destroy = nullptr;
+    nvjpeg_state_create_fn state_create = nullptr;
+    nvjpeg_batched_init_fn batched_init = nullptr;
+    nvjpeg_batched_fn batched = nullptr;
+    nvjpeg_get_property_fn get_property = nullptr;
+};
+
+/* One decoder per device: nvJPEG's handle and state are bound to the device current at creation
+ * and a state decodes one batch at a time, so calls on a device are serialized by its lock. */
+struct decoder {
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    nvjpegHandle_t handle = nullptr;
+    nvjpegJpegState_t state = nullptr;
+    int backend = -1;   /* NVJPEG_BACKEND_* in use */
+    int batch = 0;      /* batch size the state is initialized for */
+};
+
+pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
+nvjpeg_api g_api;
+decoder g_dec[64];
+
+const char *status_name(int s) {
+    static const char *const names[] = {
+        "SUCCESS", "NOT_INITIALIZED", "INVALID_PARAMETER", "BAD_JPEG", "JPEG_NOT_SUPPORTED",
+        "ALLOCATOR_FAILURE", "EXECUTION_FAILED", "ARCH_MISMATCH", "INTERNAL_ERROR",
+        "IMPLEMENTATION_NOT_SUPPORTED", "INCOMPLETE_BITSTREAM"};
+    return s >= 0 && s <= 10 ? names[s] : "unknown status";
+}
+
+rc_status jpeg_fail(int s, const char *what) {
+    /* BAD_JPEG/INCOMPLETE_BITSTREAM are data problems (ValueError); the rest, CUDA/library ones */
+    rc_status kind = (s == 3 || s == 10) ? RC_ERR_VALUE : RC_ERR_CUDA;
+    return rc_fail(kind, "nvJPEG %s failed: NVJPEG_STATUS_%s (%d)", what, status_name(s), s);
+}
+
+template <typename F> rc_status sym(F *fn, const char *name) {
+    *fn = (F)dlsym(g_api.lib, name);
+    if (!*fn)
+        return rc_fail(RC_ERR_UNSUPPORTED, "%s has no symbol %s (not an nvJPEG library?)", g_api.path,
+                       name);
+    return RC_OK;
+}
+
+/* Loads nvJPEG once: `library` (a path or soname) or, when NULL/empty, the CUDA 13 and 12
+ * sonames. A later call with another path keeps the first library. */
+rc_status load(const char *library) {
+    pthread_mutex_lock(&g_load_lock);
+    rc_status st = RC_OK;
+    if (!g_api.lib) {
+        const char *names[] = {library, "libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so"};
+        const int first = (library && library[0]) ? 0 : 1;
+        const int last = (library && library[0]) ? 1 : 4;
+        const char *err = "";
+        for (int i = first; i < last && !g_api.lib; i++) {
+            g_api.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+            if (g_api.lib)
+                snprintf(g_api.path, sizeof g_api.path, "%s", names[i]);
+            else
+                err = dlerror();
+        }
+        if (!g_api.lib) {
+            st = rc_fail(RC_ERR_UNSUPPORTED,
+                         "nvJPEG could not be loaded (%s); the compressed frame tier decodes on the "
+                         "GPU with it: install torchvision or nvidia-nvjpeg-cu12/-cu13, or point "
+                         "ROBOCACHE_NVJPEG at libnvjpeg.so",
+                         err ? err : "not found");
+        } else if ((st = sym(&g_api.create_ex, "nvjpegCreateEx")) != RC_OK ||
+                   (st = sym(&g_api.destroy, "nvjpegDestroy")) != RC_OK ||
+                   (st = sym(&g_api.state_create, "nvjpegJpegStateCreate")) != RC_OK ||
+                   (st = sym(&g_api.batched_init, "nvjpegDecodeBatchedInitialize")) != RC_OK ||
+                   (st = sym(&g_api.batched, "nvjpegDecodeBatched")) != RC_OK ||
+                   (st = sym(&g_api.get_property, "nvjpegGetProperty")) != RC_OK) {
+            dlclose(g_api.lib);
+            g_api = nvjpeg_api();
+        }
+    }
+    pthread_mutex_unlock(&g_load_lock);
+    return st;
+}
+
+/* The backend order: ROBOCACHE_NVJPEG_BACKEND (hardware, gpu_hybrid, hybrid, default) alone if
+ * set; else the A100/H100 JPEG engines, then GPU Huffman decoding, then the default. */
+int backends(int *out) {
+    const char *env = getenv("ROBOCACHE_NVJPEG_BACKEND");
+    if (env && env[0]) {
+        if (!strcmp(env, "hardware")) out[0] = NVJPEG_BACKEND_HARDWARE;
+        else if (!strcmp(env, "gpu_hybrid")) out[0] = NVJPEG_BACKEND_GPU_HYBRID;
+        else if (!strcmp(env, "hybrid")) out[0] = NVJPEG_BACKEND_HYBRID;
+        else out[0] = NVJPEG_BACKEND_DEFAULT;
+        return 1;
+    }
+    out[0] = NVJPEG_BACKEND_HARDWARE;
+    out[1] = NVJPEG_BACKEND_GPU_HYBRID;
+    out[2] = NVJPEG_BACKEND_DEFAULT;
+    return 3;
+}
+
+/* Creates the device's decoder (lock held, device current). */
+rc_status open_decoder(decoder *d) {
+    if (d->handle) return RC_OK;
+    int order[3], n = backends(order), s = 0;
+    for (int i = 0; i < n; i++) {
+        s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
+        if (s == 0) {
+            d->backend = order[i];
+            break;
+        }
+        d->handle = nullptr;
+    }
+    if (!d->handle) return jpeg_fail(s, "nvjpegCreateEx");
+    s = g_api.state_create(d->handle, &d->state);
+    if (s != 0) {
+        g_api.destroy(d->handle);
+        d->handle = nullptr;
+        return jpeg_fail(s, "nvjpegJpegStateCreate");
+    }
+    return RC_OK;
+}
+
+}  // namespace
+
+extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device) {
+    if (device < 0 || device >= 64) return rc_fail(RC_ERR_VALUE, "device %d out of range", device);
+    rc_status st = load(library);
+    if (st != RC_OK) return st;
+    decoder *d = &g_dec[device];
+    rc_device_guard guard;
+    if ((st = guard.enter(device)) != RC_OK) return st;
+    pthread_mutex_lock(&d->lock);
+    st = open_decoder(d);
+    const int b = d->backend;
+    pthread_mutex_unlock(&d->lock);
+    rc_status left = guard.leave();
+    if (st != RC_OK) return st;
+    int major = 0, minor = 0, patch = 0;
+    g_api.get_property(0, &major);
+    g_api.get_property(1, &minor);
+    g_api.get_property(2, &patch);
+    static const char *const names[] = {"default", "hybrid", "gpu_hybrid", "hardware"};
+    snprintf(name, (size_t)name_len, "%s (nvJPEG %d.%d.%d, %s)", b >= 0 && b <= 3 ? names[b] : "?",
+             major, minor, patch, g_api.path);
+    return left;
+}
+
+extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *data,
+                                         const size_t *lengths, int64_t count, int64_t height,
+                                         int64_t width, const char *library, int device,
+                                         void *stream) {
+    if (count <= 0) return RC_OK;
+    if (device < 0 || device >= 64) return rc_fail(RC_ERR_VALUE, "device %d out of range", device);
+    if (count > (1 << 20)) return rc_fail(RC_ERR_VALUE, "%lld frames in one call (max 2^20)", (long long)count);
+    rc_status st = load(library);
+    if (st != RC_OK) return st;
+    const int64_t ch = (height + 1) / 2, cw = (width + 1) / 2;
+    const int64_t row = height * width + 2 * ch * cw;
+    nvjpegImage_t *dst = (nvjpegImage_t *)calloc((size_t)count, sizeof(nvjpegImage_t));
+    if (!dst) return rc_fail(RC_ERR_NOMEM, "no host memory for %lld image descriptors", (long long)count);
+    for (int64_t m = 0; m < count; m++) {
+        uint8_t *y = out + m * row;
+        dst[m].channel[0] = y;
+        dst[m].pitch[0] = (size_t)width;
+        dst[m].channel[1] = y + height * width;
+        dst[m].pitch[1] = (size_t)cw;
+        dst[m].channel[2] = y + height * width + ch * cw;
+        dst[m].pitch[2] = (size_t)cw;
+    }
+    decoder *d = &g_dec[device];
+    rc_device_guard guard;
+    if ((st = guard.enter(device)) != RC_OK) {
+        free(dst);
+        return st;
+    }
+    pthread_mutex_lock(&d->lock);
+    st = open_decoder(d);
+    if (st == RC_OK && d->batch != (int)count) {
+        /* re-initialized only when the batch size changes (the loader's is fixed) */
+        int s = g_api.batched_init(d->handle, d->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
+        d->batch = s == 0 ? (int)count : 0;
+        if (s != 0) st = jpeg_fail(s, "nvjpegDecodeBatchedInitialize");
+    }
+    if (st == RC_OK) {
+        int s = g_api.batched(d->handle, d->state, (const unsigned char *const *)data, lengths, dst,
+                              (cudaStream_t)stream);
+        if (s != 0) {
+            d->batch = 0; /* a failed batch needs a fresh initialization */
+            st = jpeg_fail(s, "nvjpegDecodeBatched");
+        } else {
+            st = RC_CUDA_CHECK(cudaGetLastError(), "nvJPEG decode launch");
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    free(dst);
+    rc_status left = guard.leave();
+    return st != RC_OK ? st : left;
+}

@@ -442,7 +442,7 @@ def main(argv=None) -> int:
     B = args.batch
     loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
     torch.cuda.reset_peak_memory_stats(dev)
-    res["robocache_compressed"] = rate(lambda: iter(loader), B, 150, 5, dev)
+    res["robocache_compressed"] = rate(lambda: iter(loader), B, 300, 5, dev)
     res["robocache_compressed"]["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
     print("compressed", res["robocache_compressed"], flush=True)
     fixed_batch = next(iter(loader))

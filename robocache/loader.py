@@ -411,7 +411,8 @@ class DataLoader:
             # parsing) takes milliseconds, so it runs on a thread of the loader's, beside the training
             # step, instead of on the training thread; batches stay in order, one ahead
             ahead = self._stager() if self._host_plans else None
-            nxt = prepare(start) if start < n else None
+            nxt = None if start >= n else prepare(start) if ahead is None else \
+                ahead.submit(self._on_device, prepare, start)
             for k in range(start, n):
                 slot, batch, ready = nxt if ahead is None else nxt.result()
                 # batch k+1 is enqueued before the consumer's work on k; a replay queues the

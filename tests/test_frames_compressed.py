@@ -28,9 +28,10 @@ av = pytest.importorskip("av")
 
 H, W = 24, 40
 REAL = "cr5_flashdrive_av1"
-# nvJPEG's IDCT is not FFmpeg's: the planes they decode from the same bytes differ by a few levels
-# (docs/frame-storage.md, measured on the H100); the RGB batch inherits it through the conversion
-PLANE_ATOL, PLANE_MEAN = 3, 0.6
+# nvJPEG's IDCT is not FFmpeg's: the planes they decode from the same bytes differ by a level here
+# and there (H100, nvJPEG 13.0 hardware backend: max 1, mean 0.024); the RGB batch inherits it
+# through the conversion
+PLANE_ATOL, PLANE_MEAN = 1, 0.1
 
 WINDOWS = {
     "hwc": Window("cam", offsets=[-0.1, 0.0, 0.05]),

@@ -483,7 +483,7 @@ def main(argv=None) -> int:
     paths = [ps[0] for ps in mp4s]
     cold = ingest_compressed(paths, qscale=args.qscale, show_progress=False)
     warm = ingest_compressed(paths, qscale=args.qscale, show_progress=False)
-    res["ingest"] = {"frames": int(cold.offsets[-1]), "cold_frames_per_s": cold.frames_per_s,
+    res["ingest"] = {"frames": len(cold.offsets) - 1, "bytes": int(cold.offsets[-1]), "cold_frames_per_s": cold.frames_per_s,
                      "cache_frames_per_s": warm.frames_per_s, "cores": os.cpu_count(),
                      "projected_cold_hours_for_set": res["set"]["camera_frames"] / cold.frames_per_s / 3600}
     print("ingest", res["ingest"], flush=True)

@@ -24,19 +24,27 @@ struct nvjpeg_api {
     nvjpeg_create_ex_fn create_ex = nullptr;
     nvjpeg_destroy_fn destroy = nullptr;
     nvjpeg_state_create_fn state_create = nullptr;
+    nvjpeg_state_destroy_fn state_destroy = nullptr;
     nvjpeg_batched_init_fn batched_init = nullptr;
     nvjpeg_batched_fn batched = nullptr;
     nvjpeg_get_property_fn get_property = nullptr;
 };
 
-/* One decoder per device: nvJPEG's handle and state are bound to the device current at creation
- * and a state decodes one batch at a time, so calls on a device are serialized by its lock. */
-struct decoder {
+/* Per device: one nvJPEG handle (thread-safe) and a few decoding states, each decoding one batch at
+ * a time under its own lock: the loader decodes its cameras' batches at once from several threads
+ * (the JPEG engines and the parsing overlap across states). */
+#define RC_JPEG_STATES 4
+struct slot {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    nvjpegHandle_t handle = nullptr;
     nvjpegJpegState_t state = nullptr;
-    int backend = -1;   /* NVJPEG_BACKEND_* in use */
     int batch = 0;      /* batch size the state is initialized for */
+};
+struct decoder {
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* creation of the handle and states */
+    nvjpegHandle_t handle = nullptr;
+    int backend = -1;   /* NVJPEG_BACKEND_* in use */
+    unsigned next = 0;  /* the state a caller waits for when every one is busy */
+    slot slots[RC_JPEG_STATES];
 };
 
 pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -91,6 +99,7 @@ rc_status load(const char *library) {
         } else if ((st = sym(&g_api.create_ex, "nvjpegCreateEx")) != RC_OK ||
                    (st = sym(&g_api.destroy, "nvjpegDestroy")) != RC_OK ||
                    (st = sym(&g_api.state_create, "nvjpegJpegStateCreate")) != RC_OK ||
+                   (st = sym(&g_api.state_destroy, "nvjpegJpegStateDestroy")) != RC_OK ||
                    (st = sym(&g_api.batched_init, "nvjpegDecodeBatchedInitialize")) != RC_OK ||
                    (st = sym(&g_api.batched, "nvjpegDecodeBatched")) != RC_OK ||
                    (st = sym(&g_api.get_property, "nvjpegGetProperty")) != RC_OK) {
@@ -119,26 +128,45 @@ int backends(int *out) {
     return 3;
 }
 
-/* Creates the device's decoder (lock held, device current). */
+/* Creates the device's handle and states (device current). */
 rc_status open_decoder(decoder *d) {
-    if (d->handle) return RC_OK;
-    int order[3], n = backends(order), s = 0;
-    for (int i = 0; i < n; i++) {
-        s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
-        if (s == 0) {
-            d->backend = order[i];
-            break;
+    pthread_mutex_lock(&d->lock);
+    rc_status st = RC_OK;
+    if (!d->handle) {
+        int order[3], n = backends(order), s = 0;
+        for (int i = 0; i < n; i++) {
+            s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
+            if (s == 0) {
+                d->backend = order[i];
+                break;
+            }
+            d->handle = nullptr;
         }
-        d->handle = nullptr;
+        if (!d->handle) st = jpeg_fail(s, "nvjpegCreateEx");
+        for (int i = 0; st == RC_OK && i < RC_JPEG_STATES; i++) {
+            s = g_api.state_create(d->handle, &d->slots[i].state);
+            if (s != 0) st = jpeg_fail(s, "nvjpegJpegStateCreate");
+        }
+        if (st != RC_OK && d->handle) {
+            for (int i = 0; i < RC_JPEG_STATES; i++) {
+                if (d->slots[i].state) g_api.state_destroy(d->slots[i].state);
+                d->slots[i].state = nullptr;
+            }
+            g_api.destroy(d->handle);
+            d->handle = nullptr;
+        }
     }
-    if (!d->handle) return jpeg_fail(s, "nvjpegCreateEx");
-    s = g_api.state_create(d->handle, &d->state);
-    if (s != 0) {
-        g_api.destroy(d->handle);
-        d->handle = nullptr;
-        return jpeg_fail(s, "nvjpegJpegStateCreate");
-    }
-    return RC_OK;
+    pthread_mutex_unlock(&d->lock);
+    return st;
+}
+
+/* A free state (locked), or the next one in turn once it is free. */
+slot *take_slot(decoder *d) {
+    for (int i = 0; i < RC_JPEG_STATES; i++)
+        if (pthread_mutex_trylock(&d->slots[i].lock) == 0) return &d->slots[i];
+    slot *s = &d->slots[__atomic_fetch_add(&d->next, 1u, __ATOMIC_RELAXED) % RC_JPEG_STATES];
+    pthread_mutex_lock(&s->lock);
+    return s;
 }
 
 }  // namespace
@@ -150,10 +178,8 @@ extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *libra
     decoder *d = &g_dec[device];
     rc_device_guard guard;
     if ((st = guard.enter(device)) != RC_OK) return st;
-    pthread_mutex_lock(&d->lock);
     st = open_decoder(d);
     const int b = d->backend;
-    pthread_mutex_unlock(&d->lock);
     rc_status left = guard.leave();
     if (st != RC_OK) return st;
     int major = 0, minor = 0, patch = 0;
@@ -194,25 +220,25 @@ extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *dat
         free(dst);
         return st;
     }
-    pthread_mutex_lock(&d->lock);
     st = open_decoder(d);
-    if (st == RC_OK && d->batch != (int)count) {
+    slot *sl = st == RC_OK ? take_slot(d) : nullptr;
+    if (sl && sl->batch != (int)count) {
         /* re-initialized only when the batch size changes (the loader's is fixed) */
-        int s = g_api.batched_init(d->handle, d->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
-        d->batch = s == 0 ? (int)count : 0;
+        int s = g_api.batched_init(d->handle, sl->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
+        sl->batch = s == 0 ? (int)count : 0;
         if (s != 0) st = jpeg_fail(s, "nvjpegDecodeBatchedInitialize");
     }
-    if (st == RC_OK) {
-        int s = g_api.batched(d->handle, d->state, (const unsigned char *const *)data, lengths, dst,
+    if (sl && st == RC_OK) {
+        int s = g_api.batched(d->handle, sl->state, (const unsigned char *const *)data, lengths, dst,
                               (cudaStream_t)stream);
         if (s != 0) {
-            d->batch = 0; /* a failed batch needs a fresh initialization */
+            sl->batch = 0; /* a failed batch needs a fresh initialization */
             st = jpeg_fail(s, "nvjpegDecodeBatched");
         } else {
             st = RC_CUDA_CHECK(cudaGetLastError(), "nvJPEG decode launch");
         }
     }
-    pthread_mutex_unlock(&d->lock);
+    if (sl) pthread_mutex_unlock(&sl->lock);
     free(dst);
     rc_status left = guard.leave();
     return st != RC_OK ? st : left;

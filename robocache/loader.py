@@ -30,7 +30,7 @@ import numpy as np
 
 from .dataset import Dataset, _torch
 from .sampling import Samples, distributed, episode_shard
-from .windows import Window, _plan, _run_plan
+from .windows import Window, _plan, _run_plan, stage_plans
 
 __all__ = ["DataLoader", "Window"]
 
@@ -308,8 +308,9 @@ class DataLoader:
             rows, ep = ep, self._episode.index_select(0, ep)
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
-        for p, (a, b) in zip(self._plans, self._columns):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
+        staged = stage_plans(self._plans, self.dataset, host)     # every camera's decode at once
+        for i, (p, (a, b)) in enumerate(zip(self._plans, self._columns)):
+            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host, staged.get(i))
         if rows is not None:
             self._identity_batch(rows, ep, t, out)
         return out

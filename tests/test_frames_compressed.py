@@ -366,8 +366,9 @@ def test_gpu_compressed_batches(rng):
         for k in x:
             assert x[k].shape == y[k].shape and x[k].dtype == y[k].dtype, k
             d = (x[k].double() - y[k].double()).abs().max().item()
-            # a plane level moves an RGB channel by up to ~2.1 levels (BT.709 limited range)
-            tol = 0 if k == "state" else (3 * PLANE_ATOL) * (1 if x[k].dtype == torch.uint8 else 1 / 255 + 1e-3)
+            # one level in Y and in a chroma plane moves an RGB channel by up to 1.16 + 1.83 levels
+            # (BT.709, limited range), plus the rounding: 4 (H100: 4 seen)
+            tol = 0 if k == "state" else 5 * PLANE_ATOL * (1 if x[k].dtype == torch.uint8 else 1 / 255 + 1e-3)
             assert d <= tol, (k, d)
 
 

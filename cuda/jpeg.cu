@@ -30,18 +30,20 @@ struct nvjpeg_api {
     nvjpeg_get_property_fn get_property = nullptr;
 };
 
-/* Per device: one nvJPEG handle (thread-safe) and a few decoding states, each decoding one batch at
- * a time under its own lock: the loader decodes its cameras' batches at once from several threads
- * (the JPEG engines and the parsing overlap across states). */
+/* Per device a few decoders (an nvJPEG handle and its state), each decoding one batch at a time
+ * under its own lock: the loader decodes its cameras' batches at once from several threads (the
+ * JPEG engines and the host parsing overlap). A handle each: the hardware backend fails with
+ * ALLOCATOR_FAILURE when two states of one handle decode at once (H100, nvJPEG 13.0). */
 #define RC_JPEG_STATES 4
 struct slot {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    nvjpegHandle_t handle = nullptr;
     nvjpegJpegState_t state = nullptr;
     int batch = 0;      /* batch size the state is initialized for */
 };
 struct decoder {
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* creation of the handle and states */
-    nvjpegHandle_t handle = nullptr;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* creation of the handles and states */
+    bool open = false;
     int backend = -1;   /* NVJPEG_BACKEND_* in use */
     unsigned next = 0;  /* the state a caller waits for when every one is busy */
     slot slots[RC_JPEG_STATES];
@@ -128,33 +130,34 @@ int backends(int *out) {
     return 3;
 }
 
-/* Creates the device's handle and states (device current). */
+/* Creates the device's handles and states (device current): the first backend of the order that
+ * opens, then one handle and state per slot with it. */
 rc_status open_decoder(decoder *d) {
     pthread_mutex_lock(&d->lock);
     rc_status st = RC_OK;
-    if (!d->handle) {
-        int order[3], n = backends(order), s = 0;
-        for (int i = 0; i < n; i++) {
-            s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
-            if (s == 0) {
-                d->backend = order[i];
-                break;
-            }
-            d->handle = nullptr;
+    for (int i = 0; !d->open && st == RC_OK && i < RC_JPEG_STATES; i++) {
+        slot *sl = &d->slots[i];
+        int order[3], n = d->backend >= 0 ? 1 : backends(order), s = 0;
+        if (d->backend >= 0) order[0] = d->backend;
+        for (int k = 0; k < n && !sl->handle; k++) {
+            s = g_api.create_ex(order[k], nullptr, nullptr, 0, &sl->handle);
+            if (s == 0) d->backend = order[k];
+            else sl->handle = nullptr;
         }
-        if (!d->handle) st = jpeg_fail(s, "nvjpegCreateEx");
-        for (int i = 0; st == RC_OK && i < RC_JPEG_STATES; i++) {
-            s = g_api.state_create(d->handle, &d->slots[i].state);
-            if (s != 0) st = jpeg_fail(s, "nvjpegJpegStateCreate");
+        if (!sl->handle) st = jpeg_fail(s, "nvjpegCreateEx");
+        else if ((s = g_api.state_create(sl->handle, &sl->state)) != 0) st = jpeg_fail(s, "nvjpegJpegStateCreate");
+    }
+    if (st == RC_OK) {
+        d->open = true;
+    } else {
+        for (int i = 0; i < RC_JPEG_STATES; i++) {
+            slot *sl = &d->slots[i];
+            if (sl->state) g_api.state_destroy(sl->state);
+            if (sl->handle) g_api.destroy(sl->handle);
+            sl->state = nullptr;
+            sl->handle = nullptr;
         }
-        if (st != RC_OK && d->handle) {
-            for (int i = 0; i < RC_JPEG_STATES; i++) {
-                if (d->slots[i].state) g_api.state_destroy(d->slots[i].state);
-                d->slots[i].state = nullptr;
-            }
-            g_api.destroy(d->handle);
-            d->handle = nullptr;
-        }
+        d->backend = -1;
     }
     pthread_mutex_unlock(&d->lock);
     return st;
@@ -224,12 +227,12 @@ extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *dat
     slot *sl = st == RC_OK ? take_slot(d) : nullptr;
     if (sl && sl->batch != (int)count) {
         /* re-initialized only when the batch size changes (the loader's is fixed) */
-        int s = g_api.batched_init(d->handle, sl->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
+        int s = g_api.batched_init(sl->handle, sl->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
         sl->batch = s == 0 ? (int)count : 0;
         if (s != 0) st = jpeg_fail(s, "nvjpegDecodeBatchedInitialize");
     }
     if (sl && st == RC_OK) {
-        int s = g_api.batched(d->handle, sl->state, (const unsigned char *const *)data, lengths, dst,
+        int s = g_api.batched(sl->handle, sl->state, (const unsigned char *const *)data, lengths, dst,
                               (cudaStream_t)stream);
         if (s != 0) {
             sl->batch = 0; /* a failed batch needs a fresh initialization */

@@ -385,3 +385,28 @@ def test_compressed_epoch_without_sync(rng):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(again) == len(loader) and all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+@pytest.mark.cuda
+def test_concurrent_decodes(rng):
+    """Cameras decode from several threads at once (a decoder per thread on the device)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from robocache._C import decode_jpeg
+    rows = natural_rows(rng, 40)
+    data, offsets = pack(encode_all(rows, H, W, 2))
+    jobs = [rng.integers(0, 40, 16 + k).astype(np.int64) for k in range(12)]
+
+    def run(ids):
+        out = torch.full((len(ids), yuv420_bytes(H, W)), 0xAB, dtype=torch.uint8, device="cuda")
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            decode_jpeg(data, offsets, ids, out, height=H, width=W)
+        stream.synchronize()
+        return out.cpu().numpy()
+
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(run, jobs))
+    for ids, g in zip(jobs, got):
+        want = np.empty_like(g)
+        decode_rows_cpu(data, offsets, ids, want, H, W)
+        assert np.abs(g.astype(np.int32) - want).max() <= PLANE_ATOL

@@ -181,7 +181,8 @@ extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *libra
     decoder *d = &g_dec[device];
     rc_device_guard guard;
     if ((st = guard.enter(device)) != RC_OK) return st;
-    st = open_decoder(d);
+    st = RC_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice"); /* see rc_jpeg_decode_cuda */
+    if (st == RC_OK) st = open_decoder(d);
     const int b = d->backend;
     rc_status left = guard.leave();
     if (st != RC_OK) return st;
@@ -219,9 +220,14 @@ extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *dat
     }
     decoder *d = &g_dec[device];
     rc_device_guard guard;
-    if ((st = guard.enter(device)) != RC_OK) {
+    /* cudaSetDevice even when `device` is already the current one: a thread that never touched
+     * CUDA (the loader's decode threads) has no context current yet, and nvJPEG's own runtime then
+     * fails its allocations (ALLOCATOR_FAILURE, H100) */
+    if ((st = guard.enter(device)) != RC_OK ||
+        (st = RC_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice")) != RC_OK) {
         free(dst);
-        return st;
+        rc_status left = guard.leave();
+        return st != RC_OK ? st : left;
     }
     st = open_decoder(d);
     slot *sl = st == RC_OK ? take_slot(d) : nullptr;

@@ -132,17 +132,20 @@ def windows() -> dict:
 
 
 class Policy(nn.Module):
-    """GR00T-style: a conv embedding per camera frame (shared), the state, an MLP head -> action chunk."""
+    """GR00T-style: a conv embedding per camera frame (shared), the state, an MLP head -> action chunk.
+    ``width`` 32: a small policy (a few ms per step on an H100); 128: a step of tens of ms, nearer a
+    real vision backbone's."""
 
-    def __init__(self, hidden=256):
+    def __init__(self, hidden=256, width=32):
         super().__init__()
+        w = width
         self.state = nn.Sequential(nn.Linear(STATE, hidden), nn.GELU())
         self.image = nn.Sequential(
-            nn.Conv2d(3, 32, 5, stride=2, padding=2), nn.GELU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.GELU(),
-            nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.GELU(),
-            nn.Conv2d(128, 128, 3, stride=2, padding=1), nn.GELU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, hidden))
+            nn.Conv2d(3, w, 5, stride=2, padding=2), nn.GELU(),
+            nn.Conv2d(w, 2 * w, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(2 * w, 4 * w, 3, stride=2, padding=1), nn.GELU(),
+            nn.Conv2d(4 * w, 4 * w, 3, stride=2, padding=1), nn.GELU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * w, hidden))
         self.head = nn.Sequential(nn.Linear(hidden * (1 + len(CAMS)), hidden), nn.GELU(),
                                   nn.Linear(hidden, CHUNK * ACTION))
 
@@ -153,10 +156,10 @@ class Policy(nn.Module):
         return self.head(torch.cat([self.state(b["state"][:, 0]), z], 1)).view(B, CHUNK, ACTION)
 
 
-def train_loop(batches, steps: int, warm: int, dev) -> float:
+def train_loop(batches, steps: int, warm: int, dev, width: int = 32) -> float:
     """ms per GR00T-style step (bf16 autocast, AdamW) fed by `batches`."""
     torch.manual_seed(0)
-    model = Policy().to(dev).to(memory_format=torch.channels_last)
+    model = Policy(width=width).to(dev).to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for i in range(warm + steps):
         if i == warm:
@@ -172,15 +175,15 @@ def train_loop(batches, steps: int, warm: int, dev) -> float:
     return 1e3 * (time.perf_counter() - t) / steps
 
 
-def step_cost(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
+def step_cost(fixed, loops: dict, rounds: int, steps: int, dev, width: int = 32) -> dict:
     """Each loader's cost in the step, paired against fixed batches run just before and after it."""
     per = {k: [] for k in loops}
     base_ms = []
     for _ in range(rounds):
-        before = train_loop(fixed(), steps, 3, dev)
+        before = train_loop(fixed(), steps, 3, dev, width)
         for who, make in loops.items():
-            r = train_loop(make(), steps, 3, dev)
-            after = train_loop(fixed(), steps, 3, dev)
+            r = train_loop(make(), steps, 3, dev, width)
+            after = train_loop(fixed(), steps, 3, dev, width)
             base = (before + after) / 2
             per[who].append((r, (r - base) / r))
             base_ms.append(base)
@@ -404,7 +407,7 @@ def main(argv=None) -> int:
 
     # ---- decoders -----------------------------------------------------------------------------
     res["decode"] = {}
-    for b in ("hardware", "gpu_hybrid", "hybrid"):
+    for b in ("hardware", "gpu_hybrid"):
         env = {**os.environ, "ROBOCACHE_NVJPEG_BACKEND": b}
         code = ("import json,sys,torch; sys.path.insert(0,'benchmarks'); import bench_scale as s; "
                 f"print('@@'+json.dumps(s.decode_bench(torch.device('cuda',0), {args.qscale}, {args.batch * 3})))")
@@ -444,6 +447,9 @@ def main(argv=None) -> int:
     torch.cuda.reset_peak_memory_stats(dev)
     res["robocache_compressed"] = rate(lambda: iter(loader), B, 300, 5, dev)
     res["robocache_compressed"]["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+    big = robocache.DataLoader(ds, 4 * B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+    res["robocache_compressed"]["samples_per_s_batch_x4"] = rate(lambda: iter(big), 4 * B, 60, 3, dev)["samples_per_s"]
+    big = None
     print("compressed", res["robocache_compressed"], flush=True)
     fixed_batch = next(iter(loader))
     fixed_batch = {k: v.clone() for k, v in fixed_batch.items()}
@@ -469,10 +475,11 @@ def main(argv=None) -> int:
 
     # ---- step cost -------------------------------------------------------------------------------
     fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
-    res["step"] = step_cost(fixed, {"robocache_compressed": lambda: endless(lambda: iter(loader)),
-                                    "torch_pyav": lambda: endless(torch_iter)},
-                            args.rounds, args.steps, dev)
+    loops = {"robocache_compressed": lambda: endless(lambda: iter(loader)), "torch_pyav": lambda: endless(torch_iter)}
+    res["step"] = step_cost(fixed, loops, args.rounds, args.steps, dev)
     print("step", res["step"], flush=True)
+    res["step_width128"] = step_cost(fixed, loops, 2, max(10, args.steps // 3), dev, width=128)
+    print("step128", res["step_width128"], flush=True)
     save()
     tl = None
     gc.collect()

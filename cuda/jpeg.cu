@@ -24,29 +24,21 @@ struct nvjpeg_api {
     nvjpeg_create_ex_fn create_ex = nullptr;
     nvjpeg_destroy_fn destroy = nullptr;
     nvjpeg_state_create_fn state_create = nullptr;
-    nvjpeg_state_destroy_fn state_destroy = nullptr;
     nvjpeg_batched_init_fn batched_init = nullptr;
     nvjpeg_batched_fn batched = nullptr;
     nvjpeg_get_property_fn get_property = nullptr;
 };
 
-/* Per device a few decoders (an nvJPEG handle and its state), each decoding one batch at a time
- * under its own lock: the loader decodes its cameras' batches at once from several threads (the
- * JPEG engines and the host parsing overlap). A handle each: the hardware backend fails with
- * ALLOCATOR_FAILURE when two states of one handle decode at once (H100, nvJPEG 13.0). */
-#define RC_JPEG_STATES 4
-struct slot {
+/* One decoder per device: nvJPEG's handle and state are bound to the device current at creation
+ * and a state decodes one batch at a time, so calls on a device are serialized by its lock. (Several
+ * states, or several handles, decoding at once from the threads of one process failed with
+ * NVJPEG_STATUS_ALLOCATOR_FAILURE on the H100's hardware backend: docs/perf-notes.md.) */
+struct decoder {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     nvjpegHandle_t handle = nullptr;
     nvjpegJpegState_t state = nullptr;
-    int batch = 0;      /* batch size the state is initialized for */
-};
-struct decoder {
-    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* creation of the handles and states */
-    bool open = false;
     int backend = -1;   /* NVJPEG_BACKEND_* in use */
-    unsigned next = 0;  /* the state a caller waits for when every one is busy */
-    slot slots[RC_JPEG_STATES];
+    int batch = 0;      /* batch size the state is initialized for */
 };
 
 pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,7 +93,6 @@ rc_status load(const char *library) {
         } else if ((st = sym(&g_api.create_ex, "nvjpegCreateEx")) != RC_OK ||
                    (st = sym(&g_api.destroy, "nvjpegDestroy")) != RC_OK ||
                    (st = sym(&g_api.state_create, "nvjpegJpegStateCreate")) != RC_OK ||
-                   (st = sym(&g_api.state_destroy, "nvjpegJpegStateDestroy")) != RC_OK ||
                    (st = sym(&g_api.batched_init, "nvjpegDecodeBatchedInitialize")) != RC_OK ||
                    (st = sym(&g_api.batched, "nvjpegDecodeBatched")) != RC_OK ||
                    (st = sym(&g_api.get_property, "nvjpegGetProperty")) != RC_OK) {
@@ -130,46 +121,26 @@ int backends(int *out) {
     return 3;
 }
 
-/* Creates the device's handles and states (device current): the first backend of the order that
- * opens, then one handle and state per slot with it. */
+/* Creates the device's decoder (lock held, device current). */
 rc_status open_decoder(decoder *d) {
-    pthread_mutex_lock(&d->lock);
-    rc_status st = RC_OK;
-    for (int i = 0; !d->open && st == RC_OK && i < RC_JPEG_STATES; i++) {
-        slot *sl = &d->slots[i];
-        int order[3], n = d->backend >= 0 ? 1 : backends(order), s = 0;
-        if (d->backend >= 0) order[0] = d->backend;
-        for (int k = 0; k < n && !sl->handle; k++) {
-            s = g_api.create_ex(order[k], nullptr, nullptr, 0, &sl->handle);
-            if (s == 0) d->backend = order[k];
-            else sl->handle = nullptr;
+    if (d->handle) return RC_OK;
+    int order[3], n = backends(order), s = 0;
+    for (int i = 0; i < n; i++) {
+        s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
+        if (s == 0) {
+            d->backend = order[i];
+            break;
         }
-        if (!sl->handle) st = jpeg_fail(s, "nvjpegCreateEx");
-        else if ((s = g_api.state_create(sl->handle, &sl->state)) != 0) st = jpeg_fail(s, "nvjpegJpegStateCreate");
+        d->handle = nullptr;
     }
-    if (st == RC_OK) {
-        d->open = true;
-    } else {
-        for (int i = 0; i < RC_JPEG_STATES; i++) {
-            slot *sl = &d->slots[i];
-            if (sl->state) g_api.state_destroy(sl->state);
-            if (sl->handle) g_api.destroy(sl->handle);
-            sl->state = nullptr;
-            sl->handle = nullptr;
-        }
-        d->backend = -1;
+    if (!d->handle) return jpeg_fail(s, "nvjpegCreateEx");
+    s = g_api.state_create(d->handle, &d->state);
+    if (s != 0) {
+        g_api.destroy(d->handle);
+        d->handle = nullptr;
+        return jpeg_fail(s, "nvjpegJpegStateCreate");
     }
-    pthread_mutex_unlock(&d->lock);
-    return st;
-}
-
-/* A free state (locked), or the next one in turn once it is free. */
-slot *take_slot(decoder *d) {
-    for (int i = 0; i < RC_JPEG_STATES; i++)
-        if (pthread_mutex_trylock(&d->slots[i].lock) == 0) return &d->slots[i];
-    slot *s = &d->slots[__atomic_fetch_add(&d->next, 1u, __ATOMIC_RELAXED) % RC_JPEG_STATES];
-    pthread_mutex_lock(&s->lock);
-    return s;
+    return RC_OK;
 }
 
 }  // namespace
@@ -181,9 +152,10 @@ extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *libra
     decoder *d = &g_dec[device];
     rc_device_guard guard;
     if ((st = guard.enter(device)) != RC_OK) return st;
-    st = RC_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice"); /* see rc_jpeg_decode_cuda */
-    if (st == RC_OK) st = open_decoder(d);
+    pthread_mutex_lock(&d->lock);
+    st = open_decoder(d);
     const int b = d->backend;
+    pthread_mutex_unlock(&d->lock);
     rc_status left = guard.leave();
     if (st != RC_OK) return st;
     int major = 0, minor = 0, patch = 0;
@@ -221,33 +193,32 @@ extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *dat
     decoder *d = &g_dec[device];
     rc_device_guard guard;
     /* cudaSetDevice even when `device` is already the current one: a thread that never touched
-     * CUDA (the loader's decode threads) has no context current yet, and nvJPEG's own runtime then
-     * fails its allocations (ALLOCATOR_FAILURE, H100) */
+     * CUDA (the loader's batch thread) may have no context current yet for nvJPEG's own runtime */
     if ((st = guard.enter(device)) != RC_OK ||
         (st = RC_CUDA_CHECK(cudaSetDevice(device), "cudaSetDevice")) != RC_OK) {
         free(dst);
         rc_status left = guard.leave();
         return st != RC_OK ? st : left;
     }
+    pthread_mutex_lock(&d->lock);
     st = open_decoder(d);
-    slot *sl = st == RC_OK ? take_slot(d) : nullptr;
-    if (sl && sl->batch != (int)count) {
+    if (st == RC_OK && d->batch != (int)count) {
         /* re-initialized only when the batch size changes (the loader's is fixed) */
-        int s = g_api.batched_init(sl->handle, sl->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
-        sl->batch = s == 0 ? (int)count : 0;
+        int s = g_api.batched_init(d->handle, d->state, (int)count, 1, NVJPEG_OUTPUT_YUV);
+        d->batch = s == 0 ? (int)count : 0;
         if (s != 0) st = jpeg_fail(s, "nvjpegDecodeBatchedInitialize");
     }
-    if (sl && st == RC_OK) {
-        int s = g_api.batched(sl->handle, sl->state, (const unsigned char *const *)data, lengths, dst,
+    if (st == RC_OK) {
+        int s = g_api.batched(d->handle, d->state, (const unsigned char *const *)data, lengths, dst,
                               (cudaStream_t)stream);
         if (s != 0) {
-            sl->batch = 0; /* a failed batch needs a fresh initialization */
+            d->batch = 0; /* a failed batch needs a fresh initialization */
             st = jpeg_fail(s, "nvjpegDecodeBatched");
         } else {
             st = RC_CUDA_CHECK(cudaGetLastError(), "nvJPEG decode launch");
         }
     }
-    if (sl) pthread_mutex_unlock(&sl->lock);
+    pthread_mutex_unlock(&d->lock);
     free(dst);
     rc_status left = guard.leave();
     return st != RC_OK ? st : left;

@@ -33,7 +33,6 @@ typedef int (*nvjpeg_create_ex_fn)(int backend, void *dev_allocator, void *pinne
                                    unsigned int flags, nvjpegHandle_t *handle);
 typedef int (*nvjpeg_destroy_fn)(nvjpegHandle_t handle);
 typedef int (*nvjpeg_state_create_fn)(nvjpegHandle_t handle, nvjpegJpegState_t *state);
-typedef int (*nvjpeg_state_destroy_fn)(nvjpegJpegState_t state);
 typedef int (*nvjpeg_batched_init_fn)(nvjpegHandle_t handle, nvjpegJpegState_t state,
                                       int batch_size, int max_cpu_threads, int output_format);
 typedef int (*nvjpeg_batched_fn)(nvjpegHandle_t handle, nvjpegJpegState_t state,

@@ -30,7 +30,7 @@ import numpy as np
 
 from .dataset import Dataset, _torch
 from .sampling import Samples, distributed, episode_shard
-from .windows import Window, _plan, _run_plan, stage_plans
+from .windows import Window, _plan, _run_plan
 
 __all__ = ["DataLoader", "Window"]
 
@@ -308,9 +308,8 @@ class DataLoader:
             rows, ep = ep, self._episode.index_select(0, ep)
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
-        staged = stage_plans(self._plans, self.dataset, host)     # every camera's decode at once
-        for i, (p, (a, b)) in enumerate(zip(self._plans, self._columns)):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host, staged.get(i))
+        for p, (a, b) in zip(self._plans, self._columns):
+            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
         if rows is not None:
             self._identity_batch(rows, ep, t, out)
         return out

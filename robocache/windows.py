@@ -323,28 +323,10 @@ def _host_ids(p: _Plan, s, host):
     return ids
 
 
-def stage_plans(plans, ds: Dataset, host) -> dict:
-    """``{plan index: (host ids, staged)}`` for the image plans whose frames are staged by the host: their
-    background work (the compressed tier's decodes) starts at once for every camera, on the current
-    stream, before any plan runs."""
-    if host is None:
-        return {}
-    torch = _torch()
-    stream = torch.cuda.current_stream(ds.device) if ds.device.type == "cuda" else None
-    out = {}
-    for i, p in enumerate(plans):
-        if p.image and p.host:
-            s = ds.streams[p.names[0]]
-            ids = _host_ids(p, s, host)
-            out[i] = (ids, s.frames.stage(ids, stream))
-    return out
-
-
-def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, host=None, staged=None) -> None:
+def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, host=None) -> None:
     """Write ``out[key]`` and ``out[key + '_is_pad']`` (and ``_dim_mask``) for one batch;
     ``new_times [B, T]`` float64 (a strided view). ``host``: the batch's ``(episodes, anchor times)`` as
-    host numpy, for plans that stage frames on the host (disk and compressed tiers on a GPU);
-    ``staged``: this plan's entry of ``stage_plans``."""
+    host numpy, for plans that stage frames on the host (disk tier on a GPU)."""
     torch = _torch()
     if p.voxel is not None:
         x, pad = _run_cloud(p, ds, episodes, new_times)
@@ -357,9 +339,8 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, host=None, 
         ids, pad = ds.frame_ids(p.names[0], episodes, new_times, p.modes[0], tolerance=p.tolerance)
         if p.zero_pad:
             ids = ids.masked_fill(pad, -1)
-        host_ids, work = staged if staged is not None else \
-            (_host_ids(p, s, host) if p.host and host is not None else None, None)
-        out[p.key] = _cast(p, s.frames.gather(ids, layout=p.layout, size=p.resize, host_ids=host_ids, staged=work))
+        host_ids = _host_ids(p, s, host) if p.host and host is not None else None
+        out[p.key] = _cast(p, s.frames.gather(ids, layout=p.layout, size=p.resize, host_ids=host_ids))
         out[p.key + "_is_pad"] = pad
         return
     if p.fused:

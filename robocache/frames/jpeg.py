@@ -162,76 +162,33 @@ def _library():
     return _LIBRARY[0]
 
 
-_POOL: list = []
-
-
-def _pool():
-    """Threads that decode a batch's compressed streams at once (one per camera; nvJPEG has a state per
-    thread, cuda/jpeg.cu), so the cameras' decodes overlap instead of queueing."""
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-        _POOL.append(ThreadPoolExecutor(4, thread_name_prefix="robocache-jpeg"))
-    return _POOL[0]
-
-
-def _rows_and_local(store, host_ids):
-    """Storage rows to decode for ``host_ids`` (pads decode a real frame: the decode count stays fixed,
-    and nvJPEG re-initializes its batched state only when that count changes) and each id's row in the
-    decoded planes (-1: a zero frame). None when every id is a pad."""
-    h = np.asarray(host_ids, dtype=np.int64).reshape(-1)
+def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
+    """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract)."""
+    import torch
+    from .._C import decode_jpeg, gather_frames
+    h = np.asarray(ids.cpu() if host_ids is None else host_ids, dtype=np.int64).reshape(-1)
     keep = h >= 0
-    if not keep.any():
-        return None
+    if not keep.any():                   # only padded steps: zero frames
+        view.zero_()
+        return
     rows = h.copy()
     if store._host_rows is not None:
         rows[keep] = store._host_rows[h[keep]]
+    # padded steps decode a real frame too (gather writes zeros for them): the batch's decode
+    # count stays fixed, and nvJPEG re-initializes its batched state only when that count changes
     rows[~keep] = rows[keep][0]
-    return rows, np.where(keep, np.arange(len(h)), -1)
-
-
-def stage_jpeg(store, host_ids, stream=None):
-    """The sampled frames decoded to I420 planes on the GPU, on ``stream`` (default: current):
-    ``(planes [M, frame_bytes], local ids [M] on the device)``, or None when every id is a pad.
-    Safe to call from another thread (the loader decodes its cameras at once)."""
-    import torch
-    from .._C import decode_jpeg
-    got = _rows_and_local(store, host_ids)
-    if got is None:
-        return None
-    rows, local = got
-    dev = store.device
-    with torch.cuda.stream(stream) if stream is not None else torch.cuda.device(dev):
-        # allocated on the stream that uses them, whatever thread runs this
-        planes = torch.empty((len(rows), store.yuv_bytes), dtype=torch.uint8, device=dev)
-        decode_jpeg(store.data, store.offsets, rows, planes, height=store.height, width=store.width,
-                    library=_library())
-        local_ids = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
-    return planes, local_ids
-
-
-def gather_jpeg(store, view, ids, scale, host_ids=None, staged=None) -> None:
-    """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract); ``staged``:
-    what ``stage_jpeg`` returned for these ids (or a future of it)."""
-    import torch
-    from .._C import gather_frames
+    local = np.where(keep, np.arange(len(h)), -1)
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3,
               matrix=store.matrix, full_range=store.full_range, scale=scale)
+    fb = store.yuv_bytes
     if store.device.type != "cuda":
-        got = _rows_and_local(store, ids.cpu() if host_ids is None else host_ids)
-        if got is None:
-            view.zero_()
-            return
-        rows, local = got
-        planes = np.empty((len(rows), store.yuv_bytes), np.uint8)
+        planes = np.empty((len(h), fb), np.uint8)
         decode_rows_cpu(store.data, store.offsets, rows, planes, store.height, store.width)
         gather_frames(torch.from_numpy(planes), torch.from_numpy(local), view, **kw)
         return
-    if staged is None:
-        staged = stage_jpeg(store, ids.cpu() if host_ids is None else host_ids)
-    elif hasattr(staged, "result"):
-        staged = staged.result()
-    if staged is None:                   # only padded steps: zero frames
-        view.zero_()
-        return
-    planes, local_ids = staged
+    dev = store.device
+    planes = torch.empty((len(h), fb), dtype=torch.uint8, device=dev)
+    decode_jpeg(store.data, store.offsets, rows, planes, height=store.height, width=store.width,
+                library=_library())
+    local_ids = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
     gather_frames(planes, local_ids, view, **kw)

@@ -188,17 +188,8 @@ class FrameStore:
         torch = _torch()
         return torch.where(ids >= 0, self.rows[ids.clamp(min=0)], ids)
 
-    def stage(self, host_ids, stream=None):
-        """Start the host-side work of a later ``gather`` of these ids (host numpy) in the background: a
-        compressed store decodes them on ``stream``; returns a future to pass as ``gather(staged=)``,
-        or None for tiers with nothing to start (the loader calls it for every camera, then gathers)."""
-        if self.format != "jpeg" or not self.is_cuda:
-            return None
-        from .jpeg import _pool, stage_jpeg
-        return _pool().submit(stage_jpeg, self, host_ids, stream)
-
     def gather(self, ids, *, layout: str = "BTHWC", size: tuple[int, int] | None = None, float_out: bool = False,
-               host_ids=None, staged=None):
+               host_ids=None):
         """Frames ``ids [...]`` (int64 on ``device``; < 0 gives a zero frame) decoded into a new tensor.
 
         ``layout="BTHWC"``: ``[..., H', W', C]`` in the stored dtype (uint8 resized values rounded), or
@@ -206,7 +197,7 @@ class FrameStore:
         (stored value / 255); without resize its memory is channels-last (the frames' HWC order, Conv2d's
         fast layout), with resize contiguous. ``size``: ``(H', W')`` after bilinear resizing.
         ``host_ids``: the same ids as host numpy, when the caller has them (the disk tier then stages the
-        frames without reading ``ids`` back from the GPU). ``staged``: what ``stage(host_ids)`` returned.
+        frames without reading ``ids`` back from the GPU).
         """
         torch = _torch()
         lead = tuple(ids.shape)
@@ -228,13 +219,13 @@ class FrameStore:
             result = torch.empty(lead + (H, W, C), dtype=dtype, device=self.device)
             view, scale = result.view(M, H, W, C), None
         if M:
-            self._gather_into(view, ids.reshape(M), scale, host_ids, staged)
+            self._gather_into(view, ids.reshape(M), scale, host_ids)
         return result
 
-    def _gather_into(self, view, ids, scale, host_ids=None, staged=None):
+    def _gather_into(self, view, ids, scale, host_ids=None):
         if self.format == "jpeg":
             from .jpeg import gather_jpeg
-            return gather_jpeg(self, view, ids, scale, host_ids, staged)
+            return gather_jpeg(self, view, ids, scale, host_ids)
         if self.tier == "disk":
             from .stage import gather_disk
             return gather_disk(self, view, ids, scale, host_ids)

@@ -41,60 +41,6 @@ struct decoder {
     int batch = 0;      /* batch size the state is initialized for */
 };
 
-/* nvJPEG's buffers, kept for reuse instead of freed: cudaFree and cudaFreeHost synchronize the whole
- * device, which would make a batch's decode wait for the training step running beside it. A freed
- * block goes back to this table and serves the next request of its size on its device. */
-struct cached_block {
-    void *ptr;
-    size_t size;
-    int device;     /* -1: pinned host memory */
-    bool used;
-};
-#define RC_JPEG_BLOCKS 256
-pthread_mutex_t g_block_lock = PTHREAD_MUTEX_INITIALIZER;
-cached_block g_blocks[RC_JPEG_BLOCKS];
-int g_nblocks = 0;
-
-int cached_alloc(void **ptr, size_t size, int device, unsigned int flags) {
-    pthread_mutex_lock(&g_block_lock);
-    for (int i = 0; i < g_nblocks; i++) {
-        cached_block *b = &g_blocks[i];
-        if (!b->used && b->device == device && b->size == size) {
-            b->used = true;
-            *ptr = b->ptr;
-            pthread_mutex_unlock(&g_block_lock);
-            return 0;
-        }
-    }
-    cudaError_t e = device >= 0 ? cudaMalloc(ptr, size) : cudaHostAlloc(ptr, size, flags);
-    if (e == cudaSuccess && g_nblocks < RC_JPEG_BLOCKS) g_blocks[g_nblocks++] = {*ptr, size, device, true};
-    pthread_mutex_unlock(&g_block_lock);
-    return (int)e;
-}
-
-int cached_free(void *ptr, bool pinned) {
-    pthread_mutex_lock(&g_block_lock);
-    for (int i = 0; i < g_nblocks; i++)
-        if (g_blocks[i].ptr == ptr) {
-            g_blocks[i].used = false;
-            pthread_mutex_unlock(&g_block_lock);
-            return 0;
-        }
-    pthread_mutex_unlock(&g_block_lock);
-    return (int)(pinned ? cudaFreeHost(ptr) : cudaFree(ptr)); /* not cached: the table was full */
-}
-
-int dev_malloc(void **ptr, size_t size) {
-    int device = 0;
-    cudaGetDevice(&device);
-    return cached_alloc(ptr, size, device, 0);
-}
-int dev_free(void *ptr) { return cached_free(ptr, false); }
-int pinned_malloc(void **ptr, size_t size, unsigned int flags) { return cached_alloc(ptr, size, -1, flags); }
-int pinned_free(void *ptr) { return cached_free(ptr, true); }
-nvjpegDevAllocator_t g_dev_alloc = {dev_malloc, dev_free};
-nvjpegPinnedAllocator_t g_pinned_alloc = {pinned_malloc, pinned_free};
-
 pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 nvjpeg_api g_api;
 decoder g_dec[64];
@@ -180,11 +126,7 @@ rc_status open_decoder(decoder *d) {
     if (d->handle) return RC_OK;
     int order[3], n = backends(order), s = 0;
     for (int i = 0; i < n; i++) {
-        /* ROBOCACHE_NVJPEG_ALLOC=default: nvJPEG's own allocators (cudaMalloc/cudaFree), for comparison */
-        const char *alloc = getenv("ROBOCACHE_NVJPEG_ALLOC");
-        const bool own = alloc && !strcmp(alloc, "default");
-        s = g_api.create_ex(order[i], own ? nullptr : &g_dev_alloc, own ? nullptr : &g_pinned_alloc, 0,
-                            &d->handle);
+        s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
         if (s == 0) {
             d->backend = order[i];
             break;

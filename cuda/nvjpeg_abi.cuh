@@ -25,22 +25,11 @@ typedef struct {
     size_t pitch[NVJPEG_MAX_COMPONENT];           /* bytes per row of each plane */
 } nvjpegImage_t;
 
-/* nvjpegDevAllocator_t / nvjpegPinnedAllocator_t: return cudaError_t values (0 = success) */
-typedef struct {
-    int (*dev_malloc)(void **ptr, size_t size);
-    int (*dev_free)(void *ptr);
-} nvjpegDevAllocator_t;
-typedef struct {
-    int (*pinned_malloc)(void **ptr, size_t size, unsigned int flags);
-    int (*pinned_free)(void *ptr);
-} nvjpegPinnedAllocator_t;
-
 typedef struct nvjpegHandle *nvjpegHandle_t;
 typedef struct nvjpegJpegState *nvjpegJpegState_t;
 
 /* Every call returns nvjpegStatus_t: 0 = success (names in jpeg.cu). */
-typedef int (*nvjpeg_create_ex_fn)(int backend, nvjpegDevAllocator_t *dev_allocator,
-                                   nvjpegPinnedAllocator_t *pinned_allocator,
+typedef int (*nvjpeg_create_ex_fn)(int backend, void *dev_allocator, void *pinned_allocator,
                                    unsigned int flags, nvjpegHandle_t *handle);
 typedef int (*nvjpeg_destroy_fn)(nvjpegHandle_t handle);
 typedef int (*nvjpeg_state_create_fn)(nvjpegHandle_t handle, nvjpegJpegState_t *state);

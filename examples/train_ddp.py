@@ -5,7 +5,7 @@
 
 Each rank loads the dataset on the CPU and hands it to ``robocache.DataLoader`` with its GPU as
 ``device``. With ``--shard-episodes`` (default) the loader keeps only the rank's episodes on its
-GPU (balanced by frame count, statistics of the whole set); without it every GPU holds the whole
+GPU (balanced by the bytes of their frames, statistics of the whole set); without it every GPU holds the whole
 set and takes every ``world_size``-th sample of each epoch's permutation. Either way all ranks
 yield the same number of batches, so DDP's gradient all-reduce never waits on a rank that has run
 out. Without GPUs it runs on the CPU over gloo (``torchrun --nproc_per_node=2`` still works).

@@ -78,8 +78,9 @@ class DataLoader:
         with ``drop_last``); all ranks yield the same number of batches. Not with ``sampler``
         (a ``DistributedSampler`` shards by itself).
     shard_episodes : bool
-        Instead, split the episodes between ranks (longest first, each to the rank with the
-        fewest samples) and keep only this rank's on its device: ``ds.subset(mine)``, then
+        Instead, split the episodes between ranks (heaviest first, each to the rank with the least
+        so far; weight: the bytes of the episode's image frames, which vary per frame in the
+        compressed tier, else its samples) and keep only this rank's: ``ds.subset(mine)``, then
         ``device``. Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
         holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
         with fewer samples wrap (or all cut to the smallest with ``drop_last``).

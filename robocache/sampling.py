@@ -37,17 +37,27 @@ def distributed(rank, world_size) -> tuple[int, int]:
     return rank, world_size
 
 
-def _assign_episodes(counts: np.ndarray, world: int) -> np.ndarray:
-    """Owner rank of each episode: longest episodes first, each to the rank with the fewest
-    samples so far (ties: lowest rank), so ranks hold near-equal sample counts. Deterministic,
-    the same on every rank."""
-    owner = np.zeros(counts.size, np.int64)
+def _assign_episodes(weights: np.ndarray, world: int) -> np.ndarray:
+    """Owner rank of each episode: heaviest episodes first, each to the rank with the least weight so
+    far (ties: lowest rank), so ranks hold near-equal weights. Deterministic, the same on every rank."""
+    owner = np.zeros(weights.size, np.int64)
     load = np.zeros(world, np.int64)
-    for e in np.argsort(-counts, kind="stable"):
+    for e in np.argsort(-weights, kind="stable"):
         r = int(np.argmin(load))
         owner[e] = r
-        load[r] += counts[e]
+        load[r] += weights[e]
     return owner
+
+
+def _episode_weights(ds: Dataset, counts: np.ndarray) -> np.ndarray:
+    """What balances the ranks: the bytes of each episode's image frames where the dataset has image
+    streams (the memory a rank holds: a compressed frame's size varies with its content), else its
+    sample count."""
+    from .frames.store import FrameStore
+    image = [s for s in ds.streams.values() if isinstance(s.values, FrameStore)]
+    if not image:
+        return np.asarray(counts, np.int64)
+    return sum(s.values.episode_bytes(s._offsets_host) for s in image)
 
 
 def _wrap(idx, n: int):
@@ -83,7 +93,7 @@ def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
 def episode_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, drop_last: bool):
     """This rank's episodes of ``ds`` (``ds.subset``) and the samples every rank yields per epoch."""
     counts = _episode_counts(ds, anchor, rate, names)
-    owner = _assign_episodes(counts, world)
+    owner = _assign_episodes(_episode_weights(ds, counts), world)
     held = np.bincount(owner, weights=counts, minlength=world).astype(np.int64)
     per_rank = int(held.min() if drop_last else held.max())
     if per_rank and held.min() == 0:

@@ -177,7 +177,7 @@ def test_compressed_batches_equal_the_decoded_reference(rng):
     _same(_batches(ref), _batches(comp))
     _same(_batches(comp), _batches(comp))                      # deterministic across epochs/runs
     sub_c, sub_r = comp.subset([4, 0, 2]), ref.subset([4, 0, 2])
-    assert sub_c.streams["cam"].frames.data is comp.streams["cam"].frames.data   # a row map, no copy
+    assert sub_c.streams["cam"].frames.data.nbytes < comp.streams["cam"].frames.data.nbytes   # its own bytes
     _same(_batches(sub_r), _batches(sub_c))
     # direct indexing decodes too
     assert torch.equal(comp.streams["cam"].frames[2], ref.streams["cam"].frames[2])
@@ -426,3 +426,55 @@ def test_abandoned_iterators_then_an_epoch(rng):
     again = [b["hwc"].clone() for b in loader]
     assert len(again) == len(whole) == len(loader)
     assert all(torch.equal(a, b) for a, b in zip(whole, again))
+
+
+# ----------------------------------------------------------------------------
+# ranks
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_shard_episodes_balances_compressed_bytes(rng, world):
+    """Episodes of equal length whose frames code to very different sizes (flat vs noisy): the ranks'
+    shards balance the bytes they hold, not the sample counts."""
+    E, n = 7, 6
+    eps, ctimes, rows = [], [], []
+    for e in range(E):
+        eps.append({"state": (rng.normal(size=(n, 3)).astype(np.float32), np.arange(n) / 10 + e)})
+        ctimes.append(np.arange(n) / 10 + e)
+        r = natural_rows(rng, n)
+        if e % 2:      # flat frames: a fraction of the bytes
+            r[:] = 128
+        rows.append(r)
+    store = FrameStore.create(np.concatenate(rows), format="yuv420", height=H, width=W, tier="compressed",
+                              device="cpu", qscale=2)
+    ds = robocache.Dataset.from_episodes(eps, device="cpu", frames={"cam": (store, ctimes)})
+    per_ep = store.episode_bytes(ds.streams["cam"]._offsets_host)
+    assert per_ep.sum() == store.offsets[-1] and per_ep[1] * 3 < per_ep[0]
+    w = {"cam": Window("cam", offsets=[0.0]), "state": Window("state", offsets=[0.0])}
+    loaders = [DataLoader(ds, 2, windows=w, rank=r, world_size=world, shard_episodes=True, seed=1)
+               for r in range(world)]
+    held = [ld.dataset.episode_index.tolist() for ld in loaders]
+    assert sorted(e for h in held for e in h) == list(range(E))       # disjoint and complete
+    got = [int(per_ep[h].sum()) for h in held]
+    assert max(got) - min(got) <= per_ep.max()                         # balanced by bytes
+    for ld, h in zip(loaders, held):
+        # a compressed store in RAM is copied down to the rank's own bitstreams
+        assert ld.dataset.streams["cam"].frames.data.nbytes == int(per_ep[h].sum())
+        assert int(ld.dataset.streams["cam"].frames.episode_bytes(
+            ld.dataset.streams["cam"]._offsets_host).sum()) == int(per_ep[h].sum())
+        assert len({len(x) for x in loaders}) == 1 and sum(1 for _ in ld) == len(ld)
+
+
+def test_mapped_store_subset_is_a_row_map(clips):
+    """A compressed store too big for the host budget maps the cache file: its subsets keep the map
+    (a row map, no copy) and decode the same frames as the in-RAM store's."""
+    ram = ingest_compressed(clips)
+    mapped = ingest_compressed(clips, host_budget=16)
+    assert mapped.mapped and not ram.mapped
+    mk = lambda got: FrameStore(got.data, format="jpeg", height=H, width=W, channels=3, tier="compressed",  # noqa: E731
+                                device="cpu", offsets=got.offsets, qscale=2)
+    a, b = mk(ram).subset(np.arange(9, 15)), mk(mapped).subset(np.arange(9, 15))
+    assert b.data is mapped.data and b.rows is not None and a.rows is None
+    ids = torch.tensor([0, 5, -1, 3])
+    assert torch.equal(a.gather(ids), b.gather(ids))
+    assert np.array_equal(a.episode_bytes([0, 2, 6]), b.episode_bytes([0, 2, 6]))

@@ -174,6 +174,18 @@ class FrameStore:
             return int(self.data.nbytes) + int(self.offsets.nbytes)
         return int(self.data.shape[0]) * self.frame_bytes
 
+    def episode_bytes(self, offsets) -> np.ndarray:
+        """Stored bytes of each episode's frames, int64 ``[E]``, for frame ``offsets [E+1]`` (host): what a
+        rank holding those episodes holds (``jpeg``: each frame's own size)."""
+        offsets = np.asarray(offsets, np.int64)
+        if self.format != "jpeg":
+            return np.diff(offsets) * self.frame_bytes
+        sizes = np.diff(self.offsets)
+        if self._host_rows is not None:
+            sizes = sizes[self._host_rows]
+        per_frame = np.concatenate([[0], np.cumsum(sizes)])
+        return per_frame[offsets[1:]] - per_frame[offsets[:-1]]
+
     def __repr__(self) -> str:
         q = f" q{self.qscale}" if self.format == "jpeg" else ""
         return (f"FrameStore({len(self)} frames {self.height}x{self.width}x{self.channels}, {self.format}{q}, "
@@ -267,6 +279,10 @@ class FrameStore:
             rows = self._host_rows[rows]
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   device=self.device, matrix=self.matrix, full_range=self.full_range)
+        if self.tier == "compressed" and not isinstance(self.data, np.memmap):
+            # in RAM: the subset's own bitstreams, so a rank's shard holds only its episodes' bytes
+            data, offsets = _take_spans(self.data, self.offsets, rows)
+            return FrameStore(data, tier=self.tier, path=self.path, offsets=offsets, qscale=self.qscale, **kw)
         if self.tier in ("disk", "compressed"):
             r = torch.from_numpy(rows)
             return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
@@ -298,6 +314,21 @@ class FrameStore:
             from .pinned import pin
             data = pin(data)
         return FrameStore(data, tier=self.tier, device=device, rows=rows, **kw)
+
+
+def _take_spans(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray):
+    """(bytes, offsets) of frames ``rows`` of a span store, copied run by run (a subset's rows are runs
+    of consecutive frames: its episodes)."""
+    sizes = np.diff(offsets)[rows]
+    out_off = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(sizes, out=out_off[1:])
+    out = np.empty(int(out_off[-1]), np.uint8)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    for a, b in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(rows)]])):
+        if b > a:
+            src = data[offsets[rows[a]]:offsets[rows[b - 1] + 1]]
+            out[out_off[a]:out_off[b]] = src
+    return out, out_off
 
 
 def _from_map(a):

@@ -357,7 +357,7 @@ class PyAVSamples(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i):
-        import av
+        from robocache.bench.torch_loader import pyav_frame_at
         e, k = divmod(i, EP_LEN)
         t = k / FPS
         st, act = self.lows[e]["state"][0], self.lows[e]["action"][0]
@@ -365,15 +365,7 @@ class PyAVSamples(torch.utils.data.Dataset):
                "action": torch.from_numpy(np.concatenate([act[k:k + CHUNK],
                                                           np.repeat(act[-1:], max(0, k + CHUNK - EP_LEN), 0)]))}
         for c, path in zip(CAMS, self.mp4s[e]):
-            with av.open(path) as cont:
-                s = cont.streams.video[0]
-                cont.seek(int(t / s.time_base), stream=s, backward=True)
-                frame = None
-                for f in cont.decode(s):
-                    frame = f
-                    if f.time is not None and f.time >= t - 1e-4:
-                        break
-            out[c] = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)[None].float().div_(255)
+            out[c] = pyav_frame_at(path, t)
         return out
 
 

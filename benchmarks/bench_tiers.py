@@ -103,20 +103,10 @@ class PyAVFrames(torch.utils.data.Dataset):
         return len(self.low)
 
     def __getitem__(self, i):
-        import av
+        from robocache.bench.torch_loader import pyav_frame_at
         out = self.low[i]
         e, t = int(self.low.episode[i]), float(self.t[i])
-        with av.open(self.paths[e]) as c:
-            s = c.streams.video[0]
-            s.thread_type = "AUTO"
-            c.seek(int(t / s.time_base), stream=s, backward=True)
-            frame = None
-            for f in c.decode(s):
-                frame = f
-                if f.time is not None and f.time >= t - 1e-4:
-                    break
-        rgb = torch.from_numpy(frame.to_ndarray(format="rgb24"))
-        out["image"] = rgb.permute(2, 0, 1)[None].float().div_(255)
+        out["image"] = pyav_frame_at(self.paths[e], t)
         out["image_is_pad"] = torch.zeros(1, dtype=torch.bool)
         return out
 

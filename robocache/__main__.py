@@ -18,6 +18,16 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
+def _nvjpeg() -> str:
+    """The compressed frame tier's GPU decoder on device 0, or why there is none."""
+    try:
+        from robocache._C import jpeg_backend
+        from robocache.frames.jpeg import find_nvjpeg
+        return "decoded by the " + jpeg_backend(0, find_nvjpeg())   # "hardware (nvJPEG 13.0.1, <path>)"
+    except Exception as e:  # noqa: BLE001 (reported, not fatal: only that tier needs it)
+        return f"no GPU decoder ({e})"
+
+
 def info() -> int:
     """First line: whether the CUDA kernels are compiled in (and what to do when they are not);
     then the driver, the devices, the CPU threads and the library versions."""
@@ -38,6 +48,8 @@ def info() -> int:
         print(driver)
         for d in b["devices"]:
             print(f"device {d['index']}: {d['name']} (sm_{d['capability'][0]}{d['capability'][1]})")
+        if b["devices"]:
+            print(f"compressed frames: {_nvjpeg()}")
         if not b["devices"]:
             print("devices: none visible" + (f" ({b['device_error']})" if b["device_error"] else ""))
     else:

@@ -86,6 +86,15 @@ class SeededRNG(np.random.Generator):
 
 
 @pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    """A cache directory of the test's own and no progress bars (frame ingest tests use it autouse)."""
+    d = tmp_path / "rc-cache"
+    monkeypatch.setenv("ROBOCACHE_CACHE_DIR", str(d))
+    monkeypatch.setenv("ROBOCACHE_NO_PROGRESS", "1")
+    return d
+
+
+@pytest.fixture
 def rng(request):
     env = os.environ.get("ROBOCACHE_TEST_SEED")
     seed = int(env) if env else int.from_bytes(os.urandom(8), "little")

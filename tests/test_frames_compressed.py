@@ -25,6 +25,7 @@ from robocache.frames.jpeg import Encoder, decode_rows_cpu, encode_all, pack
 from robocache.frames.store import FrameStore, yuv420_bytes
 
 av = pytest.importorskip("av")
+pytestmark = pytest.mark.usefixtures("cache_env")
 
 H, W = 24, 40
 REAL = "cr5_flashdrive_av1"
@@ -80,14 +81,6 @@ def _decoded_reference(store: FrameStore) -> np.ndarray:
 def _psnr(a, b) -> float:
     mse = np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2)
     return float("inf") if mse == 0 else float(10 * np.log10(255.0 ** 2 / mse))
-
-
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path, monkeypatch):
-    d = tmp_path / "rc-cache"
-    monkeypatch.setenv("ROBOCACHE_CACHE_DIR", str(d))
-    monkeypatch.setenv("ROBOCACHE_NO_PROGRESS", "1")
-    return d
 
 
 @pytest.fixture(scope="module")

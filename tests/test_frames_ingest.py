@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 av = pytest.importorskip("av")
+pytestmark = pytest.mark.usefixtures("cache_env")
 torch = pytest.importorskip("torch")
 
 from robocache.frames import cache as rc_cache  # noqa: E402
@@ -93,15 +94,6 @@ def clips(tmp_path_factory):
         "h264_big": [encode(root / "h264_big.mp4", "libx264", 5, h=80, w=112)],
     }
     return out
-
-
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path, monkeypatch):
-    """Every test has its own cache directory and no progress bars."""
-    d = tmp_path / "rc-cache"
-    monkeypatch.setenv("ROBOCACHE_CACHE_DIR", str(d))
-    monkeypatch.setenv("ROBOCACHE_NO_PROGRESS", "1")
-    return d
 
 
 @pytest.fixture(scope="module")

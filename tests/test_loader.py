@@ -58,7 +58,9 @@ def check_loader(loader, refs, epoch=None):
             assert got.shape[0] == len(idx) and pad.shape == got.shape[:2], (key, got.shape, pad.shape)
             for b, i in enumerate(idx):
                 want, want_pad = ref(int(ep_all[i]), float(t_all[i]))
-                np.testing.assert_allclose(got[b], want, rtol=1e-6, atol=1e-6,
+                # float32 lerp against a float64 reference: a few ulps of the neighbours (|x| ~ 10
+                # here: ~1e-6 each), not of the result, which can be near zero
+                np.testing.assert_allclose(got[b], want, rtol=1e-6, atol=5e-6,
                                            err_msg=f"{key} batch {k} row {b} (episode {ep_all[i]}, t={t_all[i]})")
                 np.testing.assert_array_equal(pad[b], want_pad, err_msg=f"{key}_is_pad batch {k} row {b}")
         nb += 1

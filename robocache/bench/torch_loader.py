@@ -47,6 +47,23 @@ __all__ = ["WindowDataset", "EpochSampler", "make_torch_loader"]
 _MODES = ("nearest", "previous", "next")
 
 
+def pyav_frame_at(path: str, t: float):
+    """LeRobot's way to read one frame: open the video, seek to the key frame before ``t``, decode up to
+    it (PyAV); RGB as ``[1, 3, H, W]`` float in [0, 1] (what the DataLoader baselines' workers do)."""
+    import av
+    torch = _torch()
+    with av.open(path) as c:
+        s = c.streams.video[0]
+        s.thread_type = "AUTO"
+        c.seek(int(t / s.time_base), stream=s, backward=True)
+        frame = None
+        for f in c.decode(s):
+            frame = f
+            if f.time is not None and f.time >= t - 1e-4:
+                break
+    return torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1)[None].float().div_(255)
+
+
 class _Key:
     """One window resolved against a Dataset into NumPy arrays (host copies, shared by
     forked workers)."""

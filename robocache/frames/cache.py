@@ -266,6 +266,24 @@ class Entry:
                 p.unlink()
 
 
+def lookup(entry: Entry, paths, options: dict, *, spec: dict | None, counts, redo: str):
+    """``(meta, times)`` of ``entry`` when it is valid for these sources and options; else None: no
+    entry, or an invalid one (warned about and removed), or an unreadable cache directory (warned
+    about). ``redo`` says in the warnings what happens instead ("decoding", "coding")."""
+    try:
+        key = entry_key(stat_sources(paths), options)
+        return entry.validate(key, spec=spec, counts=counts)
+    except FileNotFoundError:
+        return None
+    except InvalidEntry as e:
+        warn(f"robocache cache entry {entry.meta_path} is {e}; {redo} again and rebuilding it")
+        entry.remove()
+        return None
+    except OSError as e:  # unreadable cache dir: go on without it
+        warn(f"robocache cannot read its cache in {entry.root} ({e}); {redo}")
+        return None
+
+
 def open_entry(paths, options: dict, label: str = "") -> Entry:
     return Entry(entry_name(paths, options, label), frames_dir())
 

@@ -83,18 +83,10 @@ def ingest_compressed(paths, *, qscale: int = 2, resize=None, cache: bool = True
 
 
 def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
-    try:
-        key = _cache.entry_key(_cache.stat_sources(paths), options)
-        meta, times = entry.validate(key, spec=cspec, counts=counts)
-    except FileNotFoundError:
+    hit = _cache.lookup(entry, paths, options, spec=cspec, counts=counts, redo="coding")
+    if hit is None:
         return None
-    except _cache.InvalidEntry as e:
-        _cache.warn(f"robocache cache entry {entry.meta_path} is {e}; coding again and rebuilding it")
-        entry.remove()
-        return None
-    except OSError as e:
-        _cache.warn(f"robocache cannot read its cache in {entry.root} ({e}); coding")
-        return None
+    meta, times = hit
     offsets = meta["offsets"]
     counts = np.asarray(meta["counts"], np.int64)
     total = int(offsets[-1])

@@ -543,19 +543,11 @@ def _split_times(times: np.ndarray, offsets) -> list:
 
 def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers):
     """An Ingested from a valid entry, or None (no entry; or an invalid one: warned about, removed)."""
-    try:
-        sources = _cache.stat_sources(paths)
-        key = _cache.entry_key(sources, options)
-        meta, times = entry.validate(key, spec=spec.to_dict() if spec is not None else None, counts=counts)
-    except FileNotFoundError:
+    hit = _cache.lookup(entry, paths, options, spec=spec.to_dict() if spec is not None else None, counts=counts,
+                        redo="decoding")
+    if hit is None:
         return None
-    except _cache.InvalidEntry as e:
-        _cache.warn(f"robocache cache entry {entry.meta_path} is {e}; decoding again and rebuilding it")
-        entry.remove()
-        return None
-    except OSError as e:  # unreadable cache dir: go on without it
-        _cache.warn(f"robocache cannot read its cache in {entry.root} ({e}); decoding")
-        return None
+    meta, times = hit
     m = meta["spec"]
     spec = FrameSpec(m["format"], int(m["height"]), int(m["width"]), int(m["channels"]), m["matrix"],
                      bool(m["full_range"]), int(m["frame_bytes"]))

@@ -211,13 +211,15 @@ class BuildExt(build_ext):
 c_sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.c"))
 # a changed header rebuilds every C source (build_ext otherwise compares .c files only)
 c_headers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.h"))
+# and a changed .cu/.cuh rebuilds the extension (else an in-place rebuild keeps stale CUDA objects)
+cuda_files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cuda").glob("*.cu*"))
 setup(
     version=VERSION,
     ext_modules=[
         Extension(
             "robocache._C",
             sources=c_sources,
-            depends=c_headers,
+            depends=c_headers + cuda_files,
             include_dirs=["csrc"],
             define_macros=[("RC_VERSION", f'"{VERSION}"')],
             extra_compile_args=["-std=c11", "-O3", "-ffp-contract=off", "-fvisibility=hidden",

@@ -384,6 +384,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--decode-only", action="store_true")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["decode", "ingest", "host"],
+                    help="parts left out (a shorter run)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -399,7 +401,7 @@ def main(argv=None) -> int:
 
     # ---- decoders -----------------------------------------------------------------------------
     res["decode"] = {}
-    for b in ("hardware", "gpu_hybrid"):
+    for b in () if "decode" in args.skip else ("hardware", "gpu_hybrid"):
         env = {**os.environ, "ROBOCACHE_NVJPEG_BACKEND": b}
         code = ("import json,sys,torch; sys.path.insert(0,'benchmarks'); import bench_scale as s; "
                 f"print('@@'+json.dumps(s.decode_bench(torch.device('cuda',0), {args.qscale}, {args.batch * 3})))")
@@ -486,6 +488,8 @@ def main(argv=None) -> int:
     gc.collect()
     save()
 
+    if "ingest" in args.skip and "host" in args.skip:
+        return 0
     # ---- ingest: the real pipeline on the mp4s ------------------------------------------------
     from robocache.frames.compress import ingest_compressed
     os.environ["ROBOCACHE_CACHE_DIR"] = str(tmp / "cache")

@@ -31,8 +31,9 @@ struct nvjpeg_api {
 
 /* One decoder per device: nvJPEG's handle and state are bound to the device current at creation
  * and a state decodes one batch at a time, so calls on a device are serialized by its lock. (Several
- * states, or several handles, decoding at once from the threads of one process failed with
- * NVJPEG_STATUS_ALLOCATOR_FAILURE on the H100's hardware backend: docs/perf-notes.md.) */
+ * states of one handle decoding at once from the threads of one process failed with
+ * NVJPEG_STATUS_ALLOCATOR_FAILURE on the H100's hardware backend; a handle per state is untried:
+ * docs/perf-notes.md.) */
 struct decoder {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     nvjpegHandle_t handle = nullptr;

@@ -106,10 +106,12 @@ rc_status load(const char *library) {
 }
 
 /* The backend order: ROBOCACHE_NVJPEG_BACKEND (hardware, gpu_hybrid, hybrid, default) alone if
- * set; else GPU Huffman decoding, then the A100/H100 JPEG engines, then the default. GPU Huffman
- * first: its kernels run on the loader's (high-priority) stream, while the engines' path waits behind
- * whatever occupies the SMs: on an H100 a batch of 64 180x320 frames took 2.8 -> 4.0 ms with the SMs
- * busy on another stream, against 2.6 -> 62 ms on the engines (docs/perf-notes.md). */
+ * set; else the A100/H100 JPEG engines, then GPU Huffman decoding, then the default. Measured on an
+ * H100 (docs/perf-notes.md): with the GPU idle the engines are the fastest at 480x640 (20-25k
+ * frames/s against 9.8k), but with the SMs busy on another stream their decode of 64 180x320 frames
+ * took 62 ms against 2.6 ms idle, where GPU Huffman took 4.0 against 2.8: gpu_hybrid is likely the
+ * better default under training; it is not the default until its tolerance and step cost are
+ * verified on the GPU. */
 int backends(int *out) {
     const char *env = getenv("ROBOCACHE_NVJPEG_BACKEND");
     if (env && env[0]) {
@@ -119,8 +121,8 @@ int backends(int *out) {
         else out[0] = NVJPEG_BACKEND_DEFAULT;
         return 1;
     }
-    out[0] = NVJPEG_BACKEND_GPU_HYBRID;
-    out[1] = NVJPEG_BACKEND_HARDWARE;
+    out[0] = NVJPEG_BACKEND_HARDWARE;
+    out[1] = NVJPEG_BACKEND_GPU_HYBRID;
     out[2] = NVJPEG_BACKEND_DEFAULT;
     return 3;
 }

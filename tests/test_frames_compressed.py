@@ -471,3 +471,36 @@ def test_mapped_store_subset_is_a_row_map(clips):
     ids = torch.tensor([0, 5, -1, 3])
     assert torch.equal(a.gather(ids), b.gather(ids))
     assert np.array_equal(a.episode_bytes([0, 2, 6]), b.episode_bytes([0, 2, 6]))
+
+
+@pytest.mark.parametrize("fw", ["numpy", "torch"])
+def test_decode_jpeg_errors_leave_refcounts_flat(rng, fw):
+    """decode_jpeg's failing calls (a frame header refused; a CPU out, after every check) import three
+    groups of arrays: each is released on the way out."""
+    import gc
+    import sys
+    from robocache._C import decode_jpeg
+    data, offsets = pack(encode_all(natural_rows(rng, 3), H, W, 2))
+    bad = data.copy()
+    bad[offsets[1]] = 0                                     # frame 1 is not a JPEG
+    ids = np.array([0, 1, 2], np.int64)
+    out = np.zeros((3, yuv420_bytes(H, W)), np.uint8)
+    if fw == "torch":
+        data, bad, offsets, ids, out = (torch.from_numpy(np.array(a)) for a in (data, bad, offsets, ids, out))
+    cases = [(bad, ValueError, "frame 1"), (data, ValueError, "CUDA")]
+    gc.collect()
+    gc.disable()
+    try:
+        for storage, exc, match in cases:
+            objs = (storage, offsets, ids, out)
+            with pytest.raises(exc, match=match):
+                decode_jpeg(storage, offsets, ids, out, height=H, width=W)
+            before = [sys.getrefcount(o) for o in objs]
+            for _ in range(3000):
+                try:
+                    decode_jpeg(storage, offsets, ids, out, height=H, width=W)
+                except exc:
+                    pass
+            assert [sys.getrefcount(o) for o in objs] == before
+    finally:
+        gc.enable()

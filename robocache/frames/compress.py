@@ -2,8 +2,9 @@
 JPEG (robocache.frames.jpeg) by a pool of workers, one file each, with a progress bar; the bitstreams go
 into the persistent cache (data + offsets + times), so a second load reads them back instead of coding.
 
-Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams; the tier holds
-all bitstreams once (files are copied into the final buffer as they finish, and freed).
+Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams. When every file
+is coded, they are copied file by file into one buffer, each file's freed as it goes: the peak is up to
+twice the tier's bytes for that moment (compressed bytes: a small share of the decoded frames').
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --video --no-shard-episodes
 
 Each rank loads the dataset on the CPU and hands it to ``robocache.DataLoader`` with its GPU as
-``device``. With ``--shard-episodes`` (default) the loader keeps only the rank's episodes on its
-GPU (balanced by the bytes of their frames, statistics of the whole set); without it every GPU holds the whole
+``device``. With ``--shard-episodes`` (default) each rank reads, decodes and holds only its own
+episodes (split from the metadata, balanced by rows x pixels; statistics of the whole set from
+meta/stats.json); without it every GPU holds the whole
 set and takes every ``world_size``-th sample of each epoch's permutation. Either way all ranks
 yield the same number of batches, so DDP's gradient all-reduce never waits on a rank that has run
 out. Without GPUs it runs on the CPU over gloo (``torchrun --nproc_per_node=2`` still works).
@@ -54,7 +55,8 @@ def main(argv=None):
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
 
     t = time.perf_counter()
-    ds = groot.load_dataset(args.data, args.video, device="cpu")
+    # with --shard-episodes each rank reads and decodes only its own episodes (chosen from the metadata)
+    ds = groot.load_dataset(args.data, args.video, device="cpu", shard_episodes=args.shard_episodes)
     loader = robocache.DataLoader(ds, args.batch_size, shuffle=True, seed=args.seed, drop_last=True,
                                   windows=groot.windows(args.video), device=device,
                                   shard_episodes=args.shard_episodes)   # rank/world from torch.distributed

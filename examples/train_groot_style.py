@@ -45,11 +45,12 @@ def default_data() -> Path:
     return base / "groot_picknplace"
 
 
-def load_dataset(path, video: bool = True, device="cpu") -> robocache.Dataset:
-    """The PickNPlace set as a robocache Dataset (``video=False`` skips decoding the mp4s)."""
+def load_dataset(path, video: bool = True, device="cpu", shard_episodes=False) -> robocache.Dataset:
+    """The PickNPlace set as a robocache Dataset (``video=False`` skips decoding the mp4s;
+    ``shard_episodes=True``: only this torch.distributed rank's episodes are read)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the set lists a second camera whose files it does not ship
-        return robocache.Dataset.from_lerobot(path, load_video=video, device=device)
+        return robocache.Dataset.from_lerobot(path, load_video=video, device=device, shard_episodes=shard_episodes)
 
 
 def windows(video: bool = True) -> dict:

@@ -51,6 +51,21 @@ def _torch():
     return torch
 
 
+def _lerobot_shard(path, shard_episodes, episodes, video_resize):
+    """(this rank's episodes, (rank, world, samples per rank)) of a LeRobot set, from its metadata."""
+    from .readers.lerobot import episode_weights
+    from .shard import assign, rank_world
+    rank, world = rank_world(shard_episodes)
+    ids, rows, weights = episode_weights(path, episodes=episodes, video_resize=video_resize)
+    owner = assign(weights, world)
+    mine = [e for e, o in zip(ids, owner) if o == rank]
+    if not mine:
+        raise ValueError(f"shard_episodes: rank {rank} of {world} gets none of the {len(ids)} episodes; "
+                         f"use fewer ranks or shard_episodes=False")
+    samples = np.bincount(owner, weights=rows, minlength=world).astype(np.int64).tolist()
+    return mine, (rank, world, samples)
+
+
 def _default_device():
     torch = _torch()
     if torch.cuda.is_available():
@@ -893,6 +908,9 @@ class Dataset:
         # `tasks` given: the source's task table or a parent's list (subset, to), so a task's index stays
         # the same in every subset and shard; the episodes' own tasks follow in first-seen order
         self.tasks = list(dict.fromkeys([*(tasks or ()), *(t for ep in self.episodes for t in ep.tasks)]))
+        # (rank, world_size, samples per rank) when loaded as one rank's episodes (from_lerobot's
+        # shard_episodes): the DataLoader then takes it as this rank's shard as it is
+        self.shard = None
 
     # --- construction --------------------------------------------------------------------
 
@@ -990,7 +1008,7 @@ class Dataset:
                      video_timestamps: str = "pts", show_progress: bool | None = None, max_workers: int | None = None,
                      validate: bool = True, frames="auto", device_memory: int | None = None,
                      host_memory: int | None = None, cache: bool = True, missing_files: str = "error",
-                     jpeg_qscale: int = 2) -> "Dataset":
+                     jpeg_qscale: int = 2, shard_episodes=False) -> "Dataset":
         """Load a LeRobot v2.0/v2.1/v3.0 dataset folder (GR00T flavour included) as a Dataset.
 
         Parameters
@@ -1031,6 +1049,13 @@ class Dataset:
             (with a warning).
         jpeg_qscale : int
             The compressed tier's quality: FFmpeg's MJPEG ``-q:v``, 1 finest .. 31 (default 2).
+        shard_episodes : bool or (rank, world_size)
+            Read, decode and hold only this rank's episodes (True: the rank of torch.distributed). The
+            episodes are split from the metadata before anything is read, heaviest first (rows x the
+            pixels of a frame of every camera) to the rank holding the least; pass
+            ``shard_episodes=True`` to the DataLoader too, which takes the dataset as this rank's shard.
+            Normalization statistics come from the set's meta/stats.json or episodes_stats.jsonl (the
+            whole set's); a set without them gets each rank's own.
         device_memory, host_memory : int, optional
             Budgets in bytes for the plan (defaults: 25% of the GPU's free memory, 50% of available RAM).
         missing_files : "error" or "skip"
@@ -1044,6 +1069,9 @@ class Dataset:
         ``observation.images.ego_view``); times are the ``timestamp`` column (seconds).
         """
         from .readers import read_lerobot
+        shard = None
+        if shard_episodes:
+            episodes, shard = _lerobot_shard(path, shard_episodes, episodes, video_resize)
         kw = dict(load_video=load_video, video_resize=video_resize, video_backend=video_backend, episodes=episodes,
                   modality_subkeys=modality_subkeys, annotations=annotations, video_timestamps=video_timestamps,
                   show_progress=show_progress, max_workers=max_workers, missing_files=missing_files)
@@ -1053,7 +1081,9 @@ class Dataset:
             eps = read_lerobot(path, **kw)
         videos = eps.extra.get("videos") or {}
         if not videos:
-            return cls._from_read(eps, device, validate)
+            ds = cls._from_read(eps, device, validate)
+            ds.shard = shard
+            return ds
         from .frames.videos import load_videos
         torch = _torch()
         dev = torch.device(device) if device is not None else _default_device()
@@ -1077,9 +1107,11 @@ class Dataset:
                 elif len(t) != rows:
                     warnings.warn(f"{where}: {len(t)} video frames for {rows} parquet rows", stacklevel=2)
             stored[k] = (store, times)
-        return cls._with_task_table(cls.from_episodes(eps.episodes, device=dev, validate=validate, frames=stored,
-                                                      episode_index=eps.extra.get("episode_index"),
-                                                      **eps.kwargs()), eps)
+        ds = cls._with_task_table(cls.from_episodes(eps.episodes, device=dev, validate=validate, frames=stored,
+                                                    episode_index=eps.extra.get("episode_index"),
+                                                    **eps.kwargs()), eps)
+        ds.shard = shard
+        return ds
 
     @classmethod
     def from_robomimic(cls, path, obs_keys=None, filter_key: str | None = None, rate: float | None = None, *,
@@ -1393,8 +1425,10 @@ class Dataset:
         if all(s.device == device for s in self.streams.values()) and self.device == device:
             return self
         streams = {n: s.to(device) for n, s in self.streams.items()}
-        return Dataset(streams, self.episodes, device=device, time_origin_ns=self.time_origin_ns, source=self.source,
-                       tasks=self.tasks)
+        out = Dataset(streams, self.episodes, device=device, time_origin_ns=self.time_origin_ns, source=self.source,
+                      tasks=self.tasks)
+        out.shard = self.shard
+        return out
 
     def report(self, **kwargs):
         """A doctor's report of this dataset: rates, gaps, clock and value defects per stream

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from .dataset import Dataset, _torch
-from .sampling import Samples, distributed, episode_shard
+from .sampling import Samples, distributed, episode_shard, loaded_shard
 from .windows import Window, _plan, _run_plan
 
 __all__ = ["DataLoader", "Window"]
@@ -83,7 +83,9 @@ class DataLoader:
         compressed tier, else its samples) and keep only this rank's: ``ds.subset(mine)``, then
         ``device``. Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
         holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
-        with fewer samples wrap (or all cut to the smallest with ``drop_last``).
+        with fewer samples wrap (or all cut to the smallest with ``drop_last``). A dataset loaded
+        with ``Dataset.from_lerobot(..., shard_episodes=True)`` already holds only this rank's
+        episodes (never read the others'): the loader takes it as this rank's shard.
     cuda_graph : bool
         On CUDA, capture one batch's launches in CUDA graphs (at the second batch) and replay them
         for every full batch: one launch per batch whatever the number of keys, no allocation.
@@ -137,9 +139,12 @@ class DataLoader:
         if sampler is not None and self.shard_episodes:
             raise ValueError("shard_episodes and sampler are mutually exclusive")
         per_rank = None               # shard_episodes: samples per rank per epoch
-        if self.shard_episodes and self.world_size > 1:
-            names = list(dict.fromkeys(n for w in windows.values()
-                                       for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
+        names = list(dict.fromkeys(n for w in windows.values()
+                                   for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
+        if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
+            per_rank = loaded_shard(dataset, names, anchor, rate, self.rank, self.world_size, self.shard_episodes,
+                                    drop_last)
+        elif self.shard_episodes and self.world_size > 1:
             dataset, per_rank = episode_shard(dataset, names, anchor, rate, self.rank, self.world_size, drop_last)
         if device is not None:
             dataset = dataset.to(device)

@@ -14,6 +14,7 @@ from typing import Iterable
 import numpy as np
 
 from .dataset import Dataset, _torch
+from .shard import assign
 
 def epoch_seed(seed: int, epoch: int, *more: int) -> int:
     """64-bit seed of one epoch's order, a pure function of (seed, epoch, *more)."""
@@ -35,18 +36,6 @@ def distributed(rank, world_size) -> tuple[int, int]:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
     return rank, world_size
-
-
-def _assign_episodes(weights: np.ndarray, world: int) -> np.ndarray:
-    """Owner rank of each episode: heaviest episodes first, each to the rank with the least weight so
-    far (ties: lowest rank), so ranks hold near-equal weights. Deterministic, the same on every rank."""
-    owner = np.zeros(weights.size, np.int64)
-    load = np.zeros(world, np.int64)
-    for e in np.argsort(-weights, kind="stable"):
-        r = int(np.argmin(load))
-        owner[e] = r
-        load[r] += weights[e]
-    return owner
 
 
 def _episode_weights(ds: Dataset, counts: np.ndarray) -> np.ndarray:
@@ -93,13 +82,38 @@ def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
 def episode_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, drop_last: bool):
     """This rank's episodes of ``ds`` (``ds.subset``) and the samples every rank yields per epoch."""
     counts = _episode_counts(ds, anchor, rate, names)
-    owner = _assign_episodes(_episode_weights(ds, counts), world)
+    owner = assign(_episode_weights(ds, counts), world)
     held = np.bincount(owner, weights=counts, minlength=world).astype(np.int64)
     per_rank = int(held.min() if drop_last else held.max())
     if per_rank and held.min() == 0:
         raise ValueError(f"shard_episodes: {int((held == 0).sum())} of {world} ranks get no "
                          f"samples ({len(ds)} episodes); use shard_episodes=False")
     return ds.subset(np.flatnonzero(owner == rank)), per_rank
+
+
+def loaded_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, shard_episodes: bool,
+                 drop_last: bool) -> int:
+    """Samples every rank yields per epoch for a dataset loaded as one rank's episodes
+    (``ds.shard``, from_lerobot's ``shard_episodes``), after checking it is this rank's."""
+    r, w, samples = ds.shard
+    if (r, w) != (rank, world):
+        raise ValueError(f"the dataset holds the episodes of rank {r} of {w} (loaded with shard_episodes) but "
+                         f"this loader is rank {rank} of {world}")
+    if not shard_episodes:
+        raise ValueError("the dataset holds one rank's episodes (loaded with shard_episodes): pass "
+                         "shard_episodes=True to the DataLoader too")
+    if rate is not None or (anchor is not None and anchor != ds.anchor):
+        raise ValueError("a dataset loaded with shard_episodes counts each rank's samples as its metadata's rows "
+                         "(the default anchor): pass no anchor= or rate=, or load the whole set and let the "
+                         "loader shard it")
+    here = int(_episode_counts(ds, None, None, names).sum())
+    if here != samples[rank]:
+        raise ValueError(f"shard_episodes: this rank holds {here} samples but the metadata listed {samples[rank]} "
+                         f"for its episodes (files skipped, or rows that differ from the metadata); ranks would "
+                         f"yield different batch counts")
+    if min(samples) == 0:
+        raise ValueError(f"shard_episodes: {samples.count(0)} of {world} ranks get no samples")
+    return int(min(samples) if drop_last else max(samples))
 
 
 class Samples:

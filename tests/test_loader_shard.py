@@ -4,6 +4,8 @@ shards disjoint and complete, equal batch counts, shard_episodes, Dataset.subset
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -151,3 +153,48 @@ def test_bad_distributed_arguments(synth):
         DataLoader(synth, 4, shuffle=False, windows=WINDOWS, sampler=[0], shard_episodes=True)
     with pytest.raises(ValueError, match="ranks get no samples"):
         DataLoader(synth, 4, windows=WINDOWS, rank=0, world_size=9, shard_episodes=True)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_lerobot_loaded_as_shards(tmp_path, rng, world):
+    """Dataset.from_lerobot(shard_episodes=(rank, world)) reads only the rank's episodes, chosen from the
+    metadata; its loader (shard_episodes=True) yields what the loader over the whole set gives that rank."""
+    from lerobot_forge import write_lerobot
+    import robocache
+    from robocache.readers.lerobot import episode_weights
+    lengths = (6, 9, 5, 7, 12, 3, 8)
+    write_lerobot(tmp_path, rng, lengths=lengths)
+    ids, rows, weights = episode_weights(tmp_path)
+    assert ids == list(range(7)) and rows.tolist() == list(lengths) and np.array_equal(weights, rows)
+    whole = robocache.Dataset.from_lerobot(tmp_path, device="cpu")
+    w = {"state": robocache.Window("observation.state", offsets=[0.0]),
+         "action": robocache.Window("action", indices=range(3), rate=10)}
+    held = []
+    for r in range(world):
+        part = robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=(r, world))
+        assert part.shard[:2] == (r, world) and sum(part.shard[2]) == sum(lengths)
+        mine = DataLoader(part, 4, seed=3, windows=w, rank=r, world_size=world, shard_episodes=True)
+        ref = DataLoader(whole, 4, seed=3, windows=w, rank=r, world_size=world, shard_episodes=True)
+        assert part.episode_index.tolist() == ref.dataset.episode_index.tolist()
+        held += part.episode_index.tolist()
+        assert len(mine) == len(ref)
+        for a, b in zip(mine, ref):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        with pytest.raises(ValueError, match="shard_episodes=True"):
+            DataLoader(part, 4, windows=w, rank=r, world_size=world)
+        with pytest.raises(ValueError, match="rank"):
+            DataLoader(part, 4, windows=w, rank=(r + 1) % world, world_size=world, shard_episodes=True)
+    assert sorted(held) == list(range(7))
+    with pytest.raises(ValueError, match="rank 3 is not in"):
+        robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=(3, 3))
+    with pytest.raises(ValueError, match="torch.distributed"):
+        robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=True)
+    # cameras weigh by their pixels: rows x (h x w) of every video key, or a resize's
+    info = tmp_path / "meta" / "info.json"
+    meta = json.loads(info.read_text())
+    meta["features"]["observation.images.cam"] = {"dtype": "video", "shape": [48, 64, 3],
+                                                  "names": ["height", "width", "channel"]}
+    info.write_text(json.dumps(meta))
+    assert np.array_equal(episode_weights(tmp_path)[2], rows * 48 * 64)
+    assert np.array_equal(episode_weights(tmp_path, episodes=[4, 1], video_resize=(10, 20))[2],
+                          rows[[4, 1]] * 200)

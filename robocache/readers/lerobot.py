@@ -265,26 +265,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
     workers = max_workers or min(16, os.cpu_count() or 1)
 
     # --- episode table: index, length, tasks, where its rows are
-    if major == 2:
-        ep_rows = _load_jsonl(root / "meta" / "episodes.jsonl")
-        table = {}
-        for r in ep_rows:
-            e = int(r["episode_index"])
-            table[e] = {"length": int(r.get("length", -1)), "tasks": list(r.get("tasks") or []),
-                        "data": root / data_tmpl.format(episode_chunk=e // chunks_size, episode_index=e)}
-    else:
-        ep_files = sorted((root / "meta" / "episodes").glob("**/*.parquet"))
-        if not ep_files:
-            raise ReaderError(f"{root / 'meta' / 'episodes'}: no episode metadata parquet files (LeRobot v3.0)")
-        table = {}
-        for f in ep_files:
-            t = _read_parquet(f).to_pydict()
-            for i, e in enumerate(t["episode_index"]):
-                row = {k: v[i] for k, v in t.items()}
-                table[int(e)] = {"length": int(row.get("length", -1)), "tasks": list(row.get("tasks") or []),
-                                 "data": root / data_tmpl.format(chunk_index=int(row["data/chunk_index"]),
-                                                                 file_index=int(row["data/file_index"])),
-                                 "row": row}
+    table = _episode_table(root, info, major, data_tmpl, chunks_size)
     if episodes is None:
         selected = sorted(table)
     else:
@@ -467,6 +448,65 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
         extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
                "video_backend": decoded_with, "skipped_videos": skipped, "fps": fps, "videos": sources,
                "task_table": _task_table(root, major), "files": [str(table[e]["data"]) for e in selected]})
+
+
+def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_size: int) -> dict:
+    """{episode: {"length", "tasks", "data" (its parquet file), "row" (v3: the metadata row)}} from the
+    episode metadata (v2.x episodes.jsonl, v3.0 meta/episodes parquet files)."""
+    if major == 2:
+        ep_rows = _load_jsonl(root / "meta" / "episodes.jsonl")
+        table = {}
+        for r in ep_rows:
+            e = int(r["episode_index"])
+            table[e] = {"length": int(r.get("length", -1)), "tasks": list(r.get("tasks") or []),
+                        "data": root / data_tmpl.format(episode_chunk=e // chunks_size, episode_index=e)}
+    else:
+        ep_files = sorted((root / "meta" / "episodes").glob("**/*.parquet"))
+        if not ep_files:
+            raise ReaderError(f"{root / 'meta' / 'episodes'}: no episode metadata parquet files (LeRobot v3.0)")
+        table = {}
+        for f in ep_files:
+            t = _read_parquet(f).to_pydict()
+            for i, e in enumerate(t["episode_index"]):
+                row = {k: v[i] for k, v in t.items()}
+                table[int(e)] = {"length": int(row.get("length", -1)), "tasks": list(row.get("tasks") or []),
+                                 "data": root / data_tmpl.format(chunk_index=int(row["data/chunk_index"]),
+                                                                 file_index=int(row["data/file_index"])),
+                                 "row": row}
+    return table
+
+
+def episode_weights(path, *, episodes=None, video_resize=None):
+    """``(episodes, rows, weights)`` from the metadata alone, before anything is read: each episode's
+    rows (the length its metadata lists) and rows x the pixels of one frame of every video key (rows
+    when there is none), what ``shard_episodes`` balances the ranks by."""
+    root = Path(os.fspath(path))
+    info_path = root / "meta" / "info.json"
+    if not info_path.is_file():
+        raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
+    info = _load_json(info_path)
+    major = _version(info, info_path)
+    table = _episode_table(root, info, major, info.get("data_path", ""), int(info.get("chunks_size") or 1000))
+    ids = sorted(table) if episodes is None else [int(e) for e in episodes]
+    missing = [e for e in ids if e not in table]
+    if missing:
+        raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")
+    rows = np.array([table[e]["length"] for e in ids], np.int64)
+    if (rows < 0).any():
+        raise ReaderError(f"{root}: the episode metadata lists no length for episodes "
+                          f"{[e for e, n in zip(ids, rows) if n < 0][:10]}; shard_episodes needs them")
+    pixels = 0
+    for feat in (info.get("features") or {}).values():
+        if feat.get("dtype") == "video":
+            shape, names = list(feat.get("shape") or []), list(feat.get("names") or [])
+            if video_resize is not None:
+                h, w = video_resize
+            elif "height" in names and "width" in names:
+                h, w = shape[names.index("height")], shape[names.index("width")]
+            else:
+                h, w = (shape + [1, 1])[:2]
+            pixels += int(h) * int(w)
+    return ids, rows, rows * max(pixels, 1)
 
 
 def _present(root: Path, info: dict, table: dict, selected: list, major: int, chunks_size: int, load_video: bool,

@@ -60,6 +60,24 @@ int rc_parse_flag(int *flag, PyObject *obj, int dflt) {
     return 0;
 }
 
+int rc_parse_int_range(int64_t *v, PyObject *obj, const char *arg, int64_t lo, int64_t hi) {
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "%s: expected an int in [%lld, %lld], got %R", arg,
+                     (long long)lo, (long long)hi, obj);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
 int rc_name_index(PyObject *obj, PyObject *const names[5], const char *arg,
                   const char *choices) {
     for (int m = 0; m < 5; m++)

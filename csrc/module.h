@@ -155,6 +155,8 @@ typedef struct {
 /* Fastcall args to slot[0..n) by names (interned: pointers compared first); NULL = not given. */
 int rc_parse_slots(PyObject **slot, PyObject *const *names, int n, const rc_signature *sig,
                    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+/* An int argument in [lo, hi] (not a bool): TypeError / ValueError naming `arg` otherwise. */
+int rc_parse_int_range(int64_t *v, PyObject *obj, const char *arg, int64_t lo, int64_t hi);
 /* Optional bool-ish argument: not given or None -> dflt, else its truth value. */
 int rc_parse_flag(int *flag, PyObject *obj, int dflt);
 /* Index of obj among 5 interned names (arg and "'a', 'b' or 'c'" name it in errors), or -1. */

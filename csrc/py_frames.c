@@ -80,25 +80,6 @@ static int parse_choice(PyObject *obj, const char *const *names, int n, const ch
     return -1;
 }
 
-/* An int argument in [lo, hi]. */
-static int parse_size(int64_t *v, PyObject *obj, const char *arg, int64_t lo, int64_t hi) {
-    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected an int, got %.100s", arg,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (x == -1 && PyErr_Occurred()) return -1;
-    if (overflow || x < lo || x > hi) {
-        PyErr_Format(PyExc_ValueError, "%s: expected an int in [%lld, %lld], got %R", arg,
-                     (long long)lo, (long long)hi, obj);
-        return -1;
-    }
-    *v = x;
-    return 0;
-}
-
 /* out's strides reach every element once: sorted by stride, each dim steps over the whole
  * extent of the smaller ones. (Stricter than injective, which nobody builds on purpose.) */
 static int distinct_elements(const rc_tensor *v) {
@@ -291,9 +272,9 @@ PyObject *rc_py_gather_frames(PyObject *module, PyObject *const *args, Py_ssize_
     if (rc_parse_flag(&full_range, a_[A_FULL_RANGE], 0) != 0) return NULL;
     rc_yuv_coeffs(fa.yuv, matrix, full_range);
     /* 2^24: row and column indices are exact in the float32 resize arithmetic */
-    if (parse_size(&fa.height, a_[A_HEIGHT], "height", 1, 1 << 24) ||
-        parse_size(&fa.width, a_[A_WIDTH], "width", 1, 1 << 24) ||
-        parse_size(&fa.channels, a_[A_CHANNELS], "channels", 1, 4))
+    if (rc_parse_int_range(&fa.height, a_[A_HEIGHT], "height", 1, 1 << 24) ||
+        rc_parse_int_range(&fa.width, a_[A_WIDTH], "width", 1, 1 << 24) ||
+        rc_parse_int_range(&fa.channels, a_[A_CHANNELS], "channels", 1, 4))
         return NULL;
     if (fa.format == RC_FRAMES_YUV420 && fa.channels != 3) {
         PyErr_Format(PyExc_ValueError, "channels: format 'yuv420' decodes to 3 (RGB), got %lld",

@@ -107,18 +107,12 @@ PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t 
     const uint8_t **data = NULL;
     size_t *lengths = NULL;
     rc_tensor storage, offsets, ids, out;
-    long long hw[2];
+    int64_t H, W;
     const char *library = NULL;
-    for (int k = 0; k < 2; k++) {
-        PyObject *o = a_[k ? A_WIDTH : A_HEIGHT];
-        hw[k] = PyLong_Check(o) && !PyBool_Check(o) ? PyLong_AsLongLong(o) : -1;
-        if (hw[k] == -1 && PyErr_Occurred()) goto fail;
-        if (hw[k] < 1 || hw[k] > 65535) {
-            PyErr_Format(PyExc_ValueError, "%s: expected an int in [1, 65535] (JPEG's limit), got %R",
-                         k ? "width" : "height", o);
-            goto fail;
-        }
-    }
+    /* 65535: JPEG's limit on a side */
+    if (rc_parse_int_range(&H, a_[A_HEIGHT], "height", 1, 65535) ||
+        rc_parse_int_range(&W, a_[A_WIDTH], "width", 1, 65535))
+        goto fail;
     if (!rc_is_none(a_[A_LIBRARY])) {
         if (!PyUnicode_Check(a_[A_LIBRARY])) {
             PyErr_Format(PyExc_TypeError, "library: expected a str path, got %.100s",
@@ -149,7 +143,7 @@ PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t 
         goto fail;
     }
     if (rc_import_array(&call, &out, a_[A_OUT], "out", 1) != 0) goto fail;
-    const int64_t H = hw[0], W = hw[1], row = H * W + 2 * ((H + 1) / 2) * ((W + 1) / 2);
+    const int64_t row = H * W + 2 * ((H + 1) / 2) * ((W + 1) / 2);
     const int64_t M = ids.shape[0], N = offsets.shape[0] - 1;
     if (rc_expect_dtype(&out, RC_U8, "out")) goto fail;
     if (out.ndim != 2 || out.shape[0] != M || out.shape[1] != row || !rc_is_contiguous(&out)) {

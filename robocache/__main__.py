@@ -21,9 +21,8 @@ def _cuda_version(v: int) -> str:
 def _nvjpeg() -> str:
     """The compressed frame tier's GPU decoder on device 0, or why there is none."""
     try:
-        from robocache._C import jpeg_backend
-        from robocache.frames.jpeg import find_nvjpeg
-        return "decoded by the " + jpeg_backend(0, find_nvjpeg())   # "hardware (nvJPEG 13.0.1, <path>)"
+        from robocache.frames.jpeg import backend
+        return "decoded by the " + backend(0)   # "hardware (nvJPEG 13.0.1, <path>)"
     except Exception as e:  # noqa: BLE001 (reported, not fatal: only that tier needs it)
         return f"no GPU decoder ({e})"
 

@@ -3,8 +3,8 @@ JPEG (robocache.frames.jpeg) by a pool of workers, one file each, with a progres
 into the persistent cache (data + offsets + times), so a second load reads them back instead of coding.
 
 Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams. When every file
-is coded, they are copied file by file into one buffer, each file's freed as it goes: the peak is up to
-twice the tier's bytes for that moment (compressed bytes: a small share of the decoded frames').
+is coded, they are joined into one buffer and freed: the peak is twice the tier's bytes for that moment
+(compressed bytes: a small share of the decoded frames').
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from . import cache as _cache
 from .ingest import (FrameSpec, _as_paths, _check_present, _decode_pyav_into, _offsets, _progress_bar, _Rows,
                      _split_times, _Ticker, probe_videos)
 from .planes import cpu_count
-from .jpeg import check_qscale, encode_rows
+from .jpeg import check_qscale, encode_rows, pack
 
 _RING = 16   # decoded frames a worker holds before coding them
 
@@ -134,17 +134,10 @@ def _code_all(paths, spec, counts, qscale, entry, options, cspec, workers, show_
     finally:
         if bar is not None:
             bar.close()
-    sizes = [sum(len(c) for c in chunks) for chunks, _ in results]
-    data = np.empty(sum(sizes), np.uint8)
-    offsets = np.zeros(int(counts.sum()) + 1, np.int64)
-    at, row = 0, 0
-    for k, (chunks, _) in enumerate(results):
-        lens = np.fromiter((len(c) for c in chunks), np.int64, len(chunks))
-        offsets[row + 1:row + 1 + len(chunks)] = at + np.cumsum(lens)
-        data[at:at + sizes[k]] = np.frombuffer(b"".join(chunks), np.uint8)
-        chunks.clear()                  # the file's bitstreams now live in `data` only
-        at, row = at + sizes[k], row + len(lens)
-    times = np.concatenate([t for _, t in results]) if results else np.zeros(0)
+    times = [t for _, t in results]
+    data, offsets = pack([c for chunks, _ in results for c in chunks])
+    results = None                      # the files' bitstreams now live in `data` only
+    times = np.concatenate(times) if times else np.zeros(0)
     path = None
     if entry is not None:
         path = _save(entry, data, offsets, counts, times, sources, options, cspec)

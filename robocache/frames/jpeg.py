@@ -146,20 +146,22 @@ def find_nvjpeg() -> str | None:
     return found[0] if found else None
 
 
-def backend(device) -> str:
-    """The GPU decoder robocache uses on ``device``: backend, nvJPEG version, library."""
-    import torch
-    from .._C import jpeg_backend
-    return jpeg_backend(torch.device(device).index or 0, find_nvjpeg())
-
-
 _LIBRARY: list = []
 
 
 def _library():
+    """find_nvjpeg(), looked up once (the C side loads the first library it is given)."""
     if not _LIBRARY:
         _LIBRARY.append(find_nvjpeg())
     return _LIBRARY[0]
+
+
+def backend(device) -> str:
+    """The GPU decoder robocache uses on ``device``: backend, nvJPEG version, library."""
+    import torch
+    from .._C import jpeg_backend
+    dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    return jpeg_backend(dev.index or 0, _library())
 
 
 def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:

@@ -41,8 +41,9 @@ typedef struct {
     PyObject *kw_streams, *kw_modes;
     /* gather_frames (py_frames.c): its keyword names, interned by rc_frames_init_state */
     PyObject *frames_kw[11];
-    /* decode_jpeg (py_jpeg.c): its keyword names, interned by rc_jpeg_init_state */
-    PyObject *jpeg_kw[8];
+    /* decode_jpeg (py_jpeg.c): its keyword names and backend names, interned by rc_jpeg_init_state */
+    PyObject *jpeg_kw[9];
+    PyObject *jpeg_backend_names[5];
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */

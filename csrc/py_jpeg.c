@@ -11,7 +11,7 @@
 #include "module.h"
 
 const char rc_decode_jpeg_doc_text[] =
-"decode_jpeg(storage, offsets, ids, out, *, height, width, library=None, stream=None)\n"
+"decode_jpeg(storage, offsets, ids, out, *, height, width, library=None, backend='auto', stream=None)\n"
 "--\n"
 "\n"
 "Decodes JPEG frames ids[m] of storage into the I420 rows out[m] on the GPU (nvJPEG, batched).\n"
@@ -30,6 +30,10 @@ const char rc_decode_jpeg_doc_text[] =
 "    Every frame's size; a frame of another size or layout raises ValueError before any decode.\n"
 "library : str, optional\n"
 "    The nvJPEG shared library to load on first use (default: libnvjpeg.so.13, .12).\n"
+"backend : str\n"
+"    nvJPEG's decoder: 'auto' (the JPEG engines where the GPU has them, else GPU Huffman decoding,\n"
+"    else nvJPEG's default), or one of 'hardware', 'gpu_hybrid', 'hybrid' (Huffman on the CPU),\n"
+"    'default', which must then exist. One decoder per device and backend.\n"
 "stream : int or stream object, optional\n"
 "    CUDA stream; default: the framework's current stream for out's device.\n"
 "\n"
@@ -38,28 +42,38 @@ const char rc_decode_jpeg_doc_text[] =
 "out. The host parses each bitstream (nvJPEG's batched API); docs/frame-storage.md.\n";
 
 const char rc_jpeg_backend_doc_text[] =
-"jpeg_backend(device, library=None)\n"
+"jpeg_backend(device, library=None, backend='auto')\n"
 "--\n"
 "\n"
-"Loads nvJPEG and creates device's decoder; returns its backend and version as text.\n";
+"Loads nvJPEG and creates the decoder of (device, backend); returns its backend and version as text.\n";
 
-enum { A_STORAGE, A_OFFSETS, A_IDS, A_OUT, A_HEIGHT, A_WIDTH, A_LIBRARY, A_STREAM, A_COUNT };
+enum { A_STORAGE, A_OFFSETS, A_IDS, A_OUT, A_HEIGHT, A_WIDTH, A_LIBRARY, A_BACKEND, A_STREAM, A_COUNT };
+
+/* rc_name_index's order: index - 1 is nvJPEG's NVJPEG_BACKEND_* (auto: -1) */
+static const char *const backend_names[5] = {"auto", "default", "hybrid", "gpu_hybrid", "hardware"};
+#define BACKEND_CHOICES "'auto', 'hardware', 'gpu_hybrid', 'hybrid' or 'default'"
 
 _Static_assert(sizeof(((rc_state *)0)->jpeg_kw) == A_COUNT * sizeof(PyObject *),
                "rc_state.jpeg_kw holds one name per argument");
 
 int rc_jpeg_init_state(rc_state *st) {
     static const char *const names[A_COUNT] = {"storage", "offsets", "ids", "out",
-                                               "height", "width", "library", "stream"};
+                                               "height", "width", "library", "backend",
+                                               "stream"};
     for (int i = 0; i < A_COUNT; i++) {
         st->jpeg_kw[i] = PyUnicode_InternFromString(names[i]);
         if (!st->jpeg_kw[i]) return -1;
+    }
+    for (int i = 0; i < 5; i++) {
+        st->jpeg_backend_names[i] = PyUnicode_InternFromString(backend_names[i]);
+        if (!st->jpeg_backend_names[i]) return -1;
     }
     return 0;
 }
 
 void rc_jpeg_clear_state(rc_state *st) {
     for (int i = 0; i < A_COUNT; i++) Py_CLEAR(st->jpeg_kw[i]);
+    for (int i = 0; i < 5; i++) Py_CLEAR(st->jpeg_backend_names[i]);
 }
 
 /* The frame header of one bitstream: 0 when it is a baseline/extended 8-bit JPEG of height x
@@ -109,6 +123,11 @@ PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t 
     rc_tensor storage, offsets, ids, out;
     int64_t H, W;
     const char *library = NULL;
+    int backend = -1;
+    if (!rc_is_none(a_[A_BACKEND])) {
+        backend = rc_name_index(a_[A_BACKEND], st->jpeg_backend_names, "backend", BACKEND_CHOICES) - 1;
+        if (backend < -1) goto fail;
+    }
     /* 65535: JPEG's limit on a side */
     if (rc_parse_int_range(&H, a_[A_HEIGHT], "height", 1, 65535) ||
         rc_parse_int_range(&W, a_[A_WIDTH], "width", 1, 65535))
@@ -201,7 +220,7 @@ PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t 
         rc_status status = RC_OK;
         Py_BEGIN_ALLOW_THREADS
         status = rc_jpeg_decode_cuda((uint8_t *)out.data, data, lengths, M, H, W, library,
-                                     call.device_id, stream);
+                                     call.device_id, backend, stream);
         Py_END_ALLOW_THREADS
         if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
     }
@@ -228,22 +247,27 @@ fail:
 
 PyObject *rc_py_jpeg_backend(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     rc_state *st = rc_get_state(module);
-    if (nargs < 1 || nargs > 2) {
-        PyErr_SetString(PyExc_TypeError, "jpeg_backend(device, library=None)");
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "jpeg_backend(device, library=None, backend='auto')");
         return NULL;
     }
     long device = PyLong_AsLong(args[0]);
     if (device == -1 && PyErr_Occurred()) return NULL;
     const char *library = NULL;
-    if (nargs == 2 && args[1] != Py_None) {
+    if (nargs >= 2 && args[1] != Py_None) {
         library = PyUnicode_AsUTF8(args[1]);
         if (!library) return NULL;
+    }
+    int backend = -1;
+    if (nargs == 3 && args[2] != Py_None) {
+        backend = rc_name_index(args[2], st->jpeg_backend_names, "backend", BACKEND_CHOICES) - 1;
+        if (backend < -1) return NULL;
     }
 #ifdef RC_WITH_CUDA
     char name[640];
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = rc_jpeg_backend(name, (int)sizeof name, library, (int)device);
+    status = rc_jpeg_backend(name, (int)sizeof name, library, (int)device, backend);
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     return PyUnicode_FromString(name);

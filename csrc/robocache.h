@@ -290,12 +290,14 @@ rc_status rc_frames_cuda(const rc_frames_args *args, int device, void *stream);
 /* out: [count, H*W + 2*ceil(H/2)*ceil(W/2)] uint8 on `device`, row m = bitstream m decoded to
  * its 4:2:0 planes. data/lengths: count host bitstreams, already checked by the glue to be
  * baseline 4:2:0 JPEGs of height x width. nvJPEG (batched) is loaded from `library` (NULL: the
- * usual sonames) on first use; work is queued on `stream`, after host-side parsing. */
+ * usual sonames) on first use; work is queued on `stream`, after host-side parsing. backend: -1
+ * lets robocache choose (JPEG engines, GPU Huffman, default), or one of nvJPEG's
+ * NVJPEG_BACKEND_* (0 default, 1 hybrid, 2 gpu_hybrid, 3 hardware), which must then exist. */
 rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *data, const size_t *lengths,
                               int64_t count, int64_t height, int64_t width, const char *library,
-                              int device, void *stream);
-/* "<backend> (nvJPEG x.y.z, <library>)" of device's decoder, loading and creating it. */
-rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device);
+                              int device, int backend, void *stream);
+/* "<backend> (nvJPEG x.y.z, <library>)" of the decoder of (device, backend), creating it. */
+rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device, int backend);
 
 /* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
 /* What `ptr` is to the CUDA runtime: *kind 0 = host memory it does not know (pageable), 1 =

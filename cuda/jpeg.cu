@@ -29,11 +29,11 @@ struct nvjpeg_api {
     nvjpeg_get_property_fn get_property = nullptr;
 };
 
-/* One decoder per device: nvJPEG's handle and state are bound to the device current at creation
- * and a state decodes one batch at a time, so calls on a device are serialized by its lock. (Several
- * states of one handle decoding at once from the threads of one process failed with
- * NVJPEG_STATUS_ALLOCATOR_FAILURE on the H100's hardware backend; a handle per state is untried:
- * docs/perf-notes.md.) */
+/* One decoder per device and backend asked for (auto or one named): nvJPEG's handle and state are
+ * bound to the device current at creation and a state decodes one batch at a time, so calls on one
+ * decoder are serialized by its lock. (Several states of one handle decoding at once from the
+ * threads of one process failed with NVJPEG_STATUS_ALLOCATOR_FAILURE on the H100's hardware
+ * backend; a handle per state is untried: docs/perf-notes.md.) */
 struct decoder {
     pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     nvjpegHandle_t handle = nullptr;
@@ -44,7 +44,8 @@ struct decoder {
 
 pthread_mutex_t g_load_lock = PTHREAD_MUTEX_INITIALIZER;
 nvjpeg_api g_api;
-decoder g_dec[64];
+constexpr int kChoices = 5; /* auto, then NVJPEG_BACKEND_DEFAULT .. HARDWARE */
+decoder g_dec[64][kChoices];
 
 const char *status_name(int s) {
     static const char *const names[] = {
@@ -105,20 +106,16 @@ rc_status load(const char *library) {
     return st;
 }
 
-/* The backend order: ROBOCACHE_NVJPEG_BACKEND (hardware, gpu_hybrid, hybrid, default) alone if
- * set; else the A100/H100 JPEG engines, then GPU Huffman decoding, then the default. Measured on an
- * H100 (docs/perf-notes.md): with the GPU idle the engines are the fastest at 480x640 (20-25k
- * frames/s against 9.8k), but with the SMs busy on another stream their decode of 64 180x320 frames
- * took 62 ms against 2.6 ms idle, where GPU Huffman took 4.0 against 2.8: gpu_hybrid is likely the
- * better default under training; it is not the default until its tolerance and step cost are
- * verified on the GPU. */
-int backends(int *out) {
-    const char *env = getenv("ROBOCACHE_NVJPEG_BACKEND");
-    if (env && env[0]) {
-        if (!strcmp(env, "hardware")) out[0] = NVJPEG_BACKEND_HARDWARE;
-        else if (!strcmp(env, "gpu_hybrid")) out[0] = NVJPEG_BACKEND_GPU_HYBRID;
-        else if (!strcmp(env, "hybrid")) out[0] = NVJPEG_BACKEND_HYBRID;
-        else out[0] = NVJPEG_BACKEND_DEFAULT;
+/* The backends to try for `choice` (-1: auto; else one NVJPEG_BACKEND_*, alone): auto takes the
+ * A100/H100 JPEG engines, then GPU Huffman decoding, then the default. Measured on an H100
+ * (docs/perf-notes.md): with the GPU idle the engines are the fastest at 480x640 (20-25k frames/s
+ * against 9.8k), but with the SMs busy on another stream their decode of 64 180x320 frames took
+ * 62 ms against 2.6 ms idle, where GPU Huffman took 4.0 against 2.8: gpu_hybrid is likely the
+ * better default under training; it is not auto's first until its tolerance and step cost are
+ * verified on the GPU (robocache.frames.jpeg passes ROBOCACHE_NVJPEG_BACKEND as `choice`). */
+int backends(int choice, int *out) {
+    if (choice >= 0) {
+        out[0] = choice;
         return 1;
     }
     out[0] = NVJPEG_BACKEND_HARDWARE;
@@ -127,10 +124,26 @@ int backends(int *out) {
     return 3;
 }
 
-/* Creates the device's decoder (lock held, device current). */
-rc_status open_decoder(decoder *d) {
+const char *const kBackendNames[] = {"default", "hybrid", "gpu_hybrid", "hardware"};
+
+/* The decoder of (device, choice), or NULL after rc_fail for an argument out of range. */
+decoder *decoder_for(int device, int choice) {
+    if (device < 0 || device >= 64) {
+        rc_fail(RC_ERR_VALUE, "device %d out of range", device);
+        return nullptr;
+    }
+    if (choice < -1 || choice > NVJPEG_BACKEND_HARDWARE) {
+        rc_fail(RC_ERR_VALUE, "nvJPEG backend %d out of range (-1 auto, 0..3)", choice);
+        return nullptr;
+    }
+    return &g_dec[device][choice + 1];
+}
+
+/* Creates the decoder (lock held, device current) with the first backend of `choice` that the
+ * library and GPU have; a backend named alone that is missing fails naming it. */
+rc_status open_decoder(decoder *d, int choice) {
     if (d->handle) return RC_OK;
-    int order[3], n = backends(order), s = 0;
+    int order[3], n = backends(choice, order), s = 0;
     for (int i = 0; i < n; i++) {
         s = g_api.create_ex(order[i], nullptr, nullptr, 0, &d->handle);
         if (s == 0) {
@@ -139,6 +152,10 @@ rc_status open_decoder(decoder *d) {
         }
         d->handle = nullptr;
     }
+    if (!d->handle && choice >= 0)
+        return rc_fail(RC_ERR_UNSUPPORTED, "nvJPEG has no %s backend here (nvjpegCreateEx: "
+                       "NVJPEG_STATUS_%s); unset ROBOCACHE_NVJPEG_BACKEND to let robocache choose",
+                       kBackendNames[choice], status_name(s));
     if (!d->handle) return jpeg_fail(s, "nvjpegCreateEx");
     s = g_api.state_create(d->handle, &d->state);
     if (s != 0) {
@@ -151,15 +168,16 @@ rc_status open_decoder(decoder *d) {
 
 }  // namespace
 
-extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device) {
-    if (device < 0 || device >= 64) return rc_fail(RC_ERR_VALUE, "device %d out of range", device);
+extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device,
+                                     int choice) {
+    decoder *d = decoder_for(device, choice);
+    if (!d) return RC_ERR_VALUE;
     rc_status st = load(library);
     if (st != RC_OK) return st;
-    decoder *d = &g_dec[device];
     rc_device_guard guard;
     if ((st = guard.enter(device)) != RC_OK) return st;
     pthread_mutex_lock(&d->lock);
-    st = open_decoder(d);
+    st = open_decoder(d, choice);
     const int b = d->backend;
     pthread_mutex_unlock(&d->lock);
     rc_status left = guard.leave();
@@ -168,8 +186,7 @@ extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *libra
     g_api.get_property(0, &major);
     g_api.get_property(1, &minor);
     g_api.get_property(2, &patch);
-    static const char *const names[] = {"default", "hybrid", "gpu_hybrid", "hardware"};
-    snprintf(name, (size_t)name_len, "%s (nvJPEG %d.%d.%d, %s)", b >= 0 && b <= 3 ? names[b] : "?",
+    snprintf(name, (size_t)name_len, "%s (nvJPEG %d.%d.%d, %s)", b >= 0 && b <= 3 ? kBackendNames[b] : "?",
              major, minor, patch, g_api.path);
     return left;
 }
@@ -177,9 +194,10 @@ extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *libra
 extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *data,
                                          const size_t *lengths, int64_t count, int64_t height,
                                          int64_t width, const char *library, int device,
-                                         void *stream) {
+                                         int choice, void *stream) {
     if (count <= 0) return RC_OK;
-    if (device < 0 || device >= 64) return rc_fail(RC_ERR_VALUE, "device %d out of range", device);
+    decoder *d = decoder_for(device, choice);
+    if (!d) return RC_ERR_VALUE;
     if (count > (1 << 20)) return rc_fail(RC_ERR_VALUE, "%lld frames in one call (max 2^20)", (long long)count);
     rc_status st = load(library);
     if (st != RC_OK) return st;
@@ -196,7 +214,6 @@ extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *dat
         dst[m].channel[2] = y + height * width + ch * cw;
         dst[m].pitch[2] = (size_t)cw;
     }
-    decoder *d = &g_dec[device];
     rc_device_guard guard;
     /* cudaSetDevice even when `device` is already the current one: a thread that never touched
      * CUDA (the loader's batch thread) may have no context current yet for nvJPEG's own runtime */
@@ -207,7 +224,7 @@ extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *dat
         return st != RC_OK ? st : left;
     }
     pthread_mutex_lock(&d->lock);
-    st = open_decoder(d);
+    st = open_decoder(d, choice);
     if (st == RC_OK && d->batch != (int)count) {
         /* re-initialized only when the batch size changes (the loader's is fixed) */
         int s = g_api.batched_init(d->handle, d->state, (int)count, 1, NVJPEG_OUTPUT_YUV);

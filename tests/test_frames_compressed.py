@@ -3,7 +3,7 @@
 CPU (CI): the encoder keeps the planes' layout and is deterministic; a batch from the compressed tier
 equals, bit for bit, the lossless-tier batch of the same frames decoded by FFmpeg's MJPEG decoder (the
 tier's reference); quality (PSNR) on the real AV1 arm set; cache hit, stale, corrupted; the plan;
-the header checks of decode_jpeg. GPU (`cuda`): nvJPEG's planes against FFmpeg's within the stated
+the header checks of decode_jpeg. GPU (`cuda`): nvJPEG's planes (every backend) against FFmpeg's within the stated
 tolerance, loader batches against the CPU tier's, deterministic epochs, an epoch without a host sync.
 """
 
@@ -323,18 +323,45 @@ def test_decode_jpeg_rejects_bad_input(rng):
         decode_jpeg(data, offsets.astype(np.int32), ids, out, height=H, width=W)
     with pytest.raises(ValueError, match="CUDA"):
         decode_jpeg(data, offsets, ids, out, height=H, width=W)
+    with pytest.raises(ValueError, match="backend: expected 'auto', 'hardware'"):
+        decode_jpeg(data, offsets, ids, out, height=H, width=W, backend="nvdec")
+    with pytest.raises(TypeError, match="backend"):
+        decode_jpeg(data, offsets, ids, out, height=H, width=W, backend=3)
     assert (out == 0).all()                                   # nothing written
+
+
+def test_backend_env_is_checked(monkeypatch):
+    from robocache.frames.jpeg import backend_choice
+    monkeypatch.delenv("ROBOCACHE_NVJPEG_BACKEND", raising=False)
+    assert backend_choice() == "auto"
+    monkeypatch.setenv("ROBOCACHE_NVJPEG_BACKEND", " gpu_hybrid ")
+    assert backend_choice() == "gpu_hybrid"
+    monkeypatch.setenv("ROBOCACHE_NVJPEG_BACKEND", "gpu")
+    with pytest.raises(ValueError, match="ROBOCACHE_NVJPEG_BACKEND='gpu': expected one of auto, hardware"):
+        backend_choice()
 
 
 # ----------------------------------------------------------------------------
 # GPU
 
 
+def _backend_or_skip(name):
+    """The decoder of ``name`` on GPU 0, or a skip where this GPU or library lacks that backend."""
+    from robocache._C import jpeg_backend
+    from robocache.frames.jpeg import _library
+    try:
+        return jpeg_backend(0, _library(), name)
+    except Exception as e:                  # noqa: BLE001 - the message says which backend is missing
+        if "nvJPEG has no" in str(e):
+            pytest.skip(str(e))
+        raise
+
+
 @pytest.mark.cuda
-def test_nvjpeg_planes_match_ffmpeg(rng):
+@pytest.mark.parametrize("name", ["auto", "hardware", "gpu_hybrid", "hybrid", "default"])
+def test_nvjpeg_planes_match_ffmpeg(rng, name):
     from robocache._C import decode_jpeg
-    from robocache.frames.jpeg import backend
-    print("nvJPEG:", backend("cuda"))
+    print("nvJPEG:", _backend_or_skip(name))
     for h, w in ((H, W), (17, 31), (480, 640)):
         rows = natural_rows(rng, 9, h, w)
         data, offsets = pack(encode_all(rows, h, w, 2))
@@ -342,14 +369,17 @@ def test_nvjpeg_planes_match_ffmpeg(rng):
         want = np.empty((7, yuv420_bytes(h, w)), np.uint8)
         decode_rows_cpu(data, offsets, ids, want, h, w)
         out = torch.full((7, yuv420_bytes(h, w)), 0xAB, dtype=torch.uint8, device="cuda")
-        decode_jpeg(data, offsets, ids, out, height=h, width=w)
+        decode_jpeg(data, offsets, ids, out, height=h, width=w, backend=name)
         d = np.abs(out.cpu().numpy().astype(np.int32) - want)
         print(f"{h}x{w}: max {d.max()}, mean {d.mean():.3f}")
         assert d.max() <= PLANE_ATOL and d.mean() <= PLANE_MEAN
 
 
 @pytest.mark.cuda
-def test_gpu_compressed_batches(rng):
+@pytest.mark.parametrize("name", ["auto", "gpu_hybrid"])
+def test_gpu_compressed_batches(rng, name, monkeypatch):
+    _backend_or_skip(name)
+    monkeypatch.setenv("ROBOCACHE_NVJPEG_BACKEND", name)
     gpu, ref = _datasets(rng, "cuda")
     assert gpu.streams["cam"].frames.host_staged
     want = _batches(ref)                    # the lossless tier over FFmpeg's decode of the same bytes

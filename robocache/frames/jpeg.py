@@ -7,7 +7,7 @@ it scales the JPEG standard quantization tables). The stream's matrix and range 
 store, so the batch converts the decoded planes to RGB exactly as the lossless tiers do.
 
 Decoding (per batch): on a GPU, nvJPEG's batched decoder (``robocache._C.decode_jpeg``: the A100/H100
-JPEG engines when present) writes the sampled frames' planes into a scratch I420 buffer on the
+JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) writes the sampled frames' planes into a scratch I420 buffer on the
 loader's stream, and ``gather_frames`` makes the batch from it (color, layout, dtype, resize) as in
 every tier. The host's share per batch: a header check and nvJPEG's bitstream parsing of each sampled
 frame. On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is tested against).
@@ -156,12 +156,25 @@ def _library():
     return _LIBRARY[0]
 
 
+BACKENDS = ("auto", "hardware", "gpu_hybrid", "hybrid", "default")
+
+
+def backend_choice() -> str:
+    """The nvJPEG backend asked for: ``ROBOCACHE_NVJPEG_BACKEND`` (read at each batch, so a process
+    can switch; each backend keeps its own decoder per device), else ``auto``."""
+    name = os.environ.get("ROBOCACHE_NVJPEG_BACKEND", "").strip() or "auto"
+    if name not in BACKENDS:
+        raise ValueError(f"ROBOCACHE_NVJPEG_BACKEND={name!r}: expected one of {', '.join(BACKENDS)} (auto: the "
+                         f"GPU's JPEG engines where it has them, else GPU Huffman decoding)")
+    return name
+
+
 def backend(device) -> str:
     """The GPU decoder robocache uses on ``device``: backend, nvJPEG version, library."""
     import torch
     from .._C import jpeg_backend
     dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
-    return jpeg_backend(dev.index or 0, _library())
+    return jpeg_backend(dev.index or 0, _library(), backend_choice())
 
 
 def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
@@ -191,6 +204,6 @@ def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
     dev = store.device
     planes = torch.empty((len(h), fb), dtype=torch.uint8, device=dev)
     decode_jpeg(store.data, store.offsets, rows, planes, height=store.height, width=store.width,
-                library=_library())
+                library=_library(), backend=backend_choice())
     local_ids = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
     gather_frames(planes, local_ids, view, **kw)

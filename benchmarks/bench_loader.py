@@ -280,14 +280,30 @@ def same(a: dict, b: dict, keys, what: str):
             raise AssertionError(f"{what}: key {k!r} differs from robocache")
 
 
-def train_loop(batches, steps: int, warm: int, dev) -> dict:
-    """GR00T-style steps (policy with the frame): wall time per step, GPU busy fraction, on the
-    GPU's timeline the median gap between one step's last kernel and the next one's first
-    (where next() sits: its host time when the host is the bottleneck, or a wait on the batch),
-    and the median host time of next() inside the loop."""
+def make_policy(policy: str, dev):
+    """"small": examples/train_groot_style.py's policy (a conv embedding of the frame, a step of a few
+    ms); "groot": GR00T-sized (benchmarks/groot_sized.py: frozen ViT-L/14 + flow-matching action head)."""
+    if policy == "groot":
+        from groot_sized import GrootSized
+        return GrootSized(1, 44, 44, groot.CHUNK).to(dev)
+    return groot.Policy(video=True).to(dev)
+
+
+def policy_loss(model, policy: str, b):
+    if policy == "groot":
+        with torch.autocast("cuda", torch.bfloat16):
+            return model.loss(b["state"], [b["image"][:, 0]], b["action"], b["action_is_pad"])
+    return groot.masked_mse(model(b["state"], b["image"]), b["action"], b["action_is_pad"])
+
+
+def train_loop(batches, steps: int, warm: int, dev, policy: str = "small") -> dict:
+    """Training steps of `policy` (make_policy) with the frame: wall time per step, GPU busy
+    fraction, on the GPU's timeline the median gap between one step's last kernel and the next
+    one's first (where next() sits: its host time when the host is the bottleneck, or a wait on
+    the batch), and the median host time of next() inside the loop."""
     torch.manual_seed(0)
-    model = groot.Policy(video=True).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model = make_policy(policy, dev)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     events, waits = [], []
     for i in range(warm + steps):
         if i == warm:
@@ -298,7 +314,7 @@ def train_loop(batches, steps: int, warm: int, dev) -> dict:
         waits.append(time.perf_counter() - t0)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        loss = groot.masked_mse(model(b["state"], b["image"]), b["action"], b["action_is_pad"])
+        loss = policy_loss(model, policy, b)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -313,7 +329,7 @@ def train_loop(batches, steps: int, warm: int, dev) -> dict:
             "gap_us": statistics.median(gaps), "next_us": 1e6 * statistics.median(waits[warm:])}
 
 
-def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
+def step_costs(fixed, loops: dict, rounds: int, steps: int, dev, policy: str = "small") -> dict:
     """Each loader's cost in the training step, paired against fixed batches (already in GPU
     memory, no loader work): every round runs fixed, loader 1, fixed, loader 2, ..., fixed, and a
     loader's cost in that round is its step time over the mean of the fixed-batch steps run just
@@ -324,11 +340,11 @@ def step_costs(fixed, loops: dict, rounds: int, steps: int, dev) -> dict:
     paired the same way: per-step medians, so free of the hiccups that move a round's mean."""
     fixed_ms, per = [], {who: [] for who in loops}
     for _ in range(rounds):
-        before = train_loop(fixed(), steps, 5, dev)
+        before = train_loop(fixed(), steps, 5, dev, policy)
         fixed_ms.append(before)
         for who, (batches, warm) in loops.items():
-            r = train_loop(batches(), steps, warm, dev)
-            after = train_loop(fixed(), steps, 5, dev)
+            r = train_loop(batches(), steps, warm, dev, policy)
+            after = train_loop(fixed(), steps, 5, dev, policy)
             fixed_ms.append(after)
             base = (before["step_ms"] + after["step_ms"]) / 2
             gap = (before["gap_us"] + after["gap_us"]) / 2

@@ -13,8 +13,12 @@ Measured in one run, with the GPU's name:
             robocache (nvJPEG batched, each backend: the JPEG engines, GPU Huffman, CPU Huffman) and
             torchvision.io.decode_jpeg(device="cuda") (the same library, RGB out, one tensor per image);
             PyAV's CPU decode for scale; PSNR and bytes per --qscale setting
-  loader    samples/s at batch --batch (3 frames + low-dim windows each), and the loader's cost in a
-            GR00T-style step (a 3-camera conv policy), paired against fixed in-memory batches
+  loader    samples/s at batch --batch (3 frames + low-dim windows each) with each nvJPEG backend
+            (--backends), and the loader's cost in the training step, paired against fixed in-memory
+            batches, for three policies: "small" (a 3-camera conv policy, a step of ~5 ms: the
+            loader-bound case), "wide" (the same 4x wider, ~14 ms) and "groot" (GR00T-sized: a frozen
+            ViT-L/14 on every camera frame at 224x224 and a trained 8-layer flow-matching action head,
+            benchmarks/groot_sized.py)
   torch     torch.utils.data.DataLoader, --workers workers, each sample decoding its 3 frames from
             short-GOP AV1 mp4s with PyAV (LeRobot's default; --mp4-episodes episodes encoded here,
             g=2 crf=30: its rate per sample does not depend on the set's size)
@@ -43,7 +47,10 @@ import torch.nn as nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
 import robocache  # noqa: E402
+from groot_sized import GrootSized  # noqa: E402
 from robocache import Window  # noqa: E402
 from robocache.frames.jpeg import decode_rows_cpu, encode_all, pack  # noqa: E402
 from robocache.frames.store import FrameStore, yuv420_bytes  # noqa: E402
@@ -132,7 +139,7 @@ def windows() -> dict:
 
 
 class Policy(nn.Module):
-    """GR00T-style: a conv embedding per camera frame (shared), the state, an MLP head -> action chunk.
+    """Small: a conv embedding per camera frame (shared), the state, an MLP head -> action chunk.
     ``width`` 32: a small policy (a few ms per step on an H100); 128: a step of tens of ms, nearer a
     real vision backbone's."""
 
@@ -156,18 +163,30 @@ class Policy(nn.Module):
         return self.head(torch.cat([self.state(b["state"][:, 0]), z], 1)).view(B, CHUNK, ACTION)
 
 
-def train_loop(batches, steps: int, warm: int, dev, width: int = 32) -> float:
-    """ms per GR00T-style step (bf16 autocast, AdamW) fed by `batches`."""
+POLICIES = ("small", "wide", "groot")
+
+
+def make_policy(kind: str, dev) -> nn.Module:
+    if kind == "groot":
+        return GrootSized(len(CAMS), STATE, ACTION, CHUNK).to(dev)
+    return Policy(width={"small": 32, "wide": 128}[kind]).to(dev).to(memory_format=torch.channels_last)
+
+
+def train_loop(batches, steps: int, warm: int, dev, policy: str = "small") -> float:
+    """ms per training step (bf16 autocast, AdamW over the trained parameters) fed by `batches`."""
     torch.manual_seed(0)
-    model = Policy(width=width).to(dev).to(memory_format=torch.channels_last)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model = make_policy(policy, dev)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     for i in range(warm + steps):
         if i == warm:
             sync()
             t = time.perf_counter()
         b = next(batches)
         with torch.autocast("cuda", torch.bfloat16):
-            loss = ((model(b) - b["action"]) ** 2).mean()
+            if policy == "groot":
+                loss = model.loss(b["state"], [b[c][:, 0] for c in CAMS], b["action"])
+            else:
+                loss = ((model(b) - b["action"]) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -175,15 +194,15 @@ def train_loop(batches, steps: int, warm: int, dev, width: int = 32) -> float:
     return 1e3 * (time.perf_counter() - t) / steps
 
 
-def step_cost(fixed, loops: dict, rounds: int, steps: int, dev, width: int = 32) -> dict:
+def step_cost(fixed, loops: dict, rounds: int, steps: int, dev, policy: str = "small") -> dict:
     """Each loader's cost in the step, paired against fixed batches run just before and after it."""
     per = {k: [] for k in loops}
     base_ms = []
     for _ in range(rounds):
-        before = train_loop(fixed(), steps, 3, dev, width)
+        before = train_loop(fixed(), steps, 3, dev, policy)
         for who, make in loops.items():
-            r = train_loop(make(), steps, 3, dev, width)
-            after = train_loop(fixed(), steps, 3, dev, width)
+            r = train_loop(make(), steps, 3, dev, policy)
+            after = train_loop(fixed(), steps, 3, dev, policy)
             base = (before + after) / 2
             per[who].append((r, (r - base) / r))
             base_ms.append(base)
@@ -383,6 +402,10 @@ def main(argv=None) -> int:
     ap.add_argument("--host-frames", type=int, default=240_000, help="camera frames of the host-tier subset")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--backends", nargs="+", default=["hardware", "gpu_hybrid"],
+                    choices=["auto", "hardware", "gpu_hybrid", "hybrid", "default"], help="nvJPEG backends measured")
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES,
+                    help="policies whose step cost is measured")
     ap.add_argument("--decode-only", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[], choices=["decode", "ingest", "host"],
                     help="parts left out (a shorter run)")
@@ -437,31 +460,35 @@ def main(argv=None) -> int:
     save()
 
     B = args.batch
-    loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
-    torch.cuda.reset_peak_memory_stats(dev)
-    res["robocache_compressed"] = rate(lambda: iter(loader), B, 300, 5, dev)
-    res["robocache_compressed"]["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
-    big = robocache.DataLoader(ds, 4 * B, shuffle=True, seed=0, windows=windows(), drop_last=True)
-    res["robocache_compressed"]["samples_per_s_batch_x4"] = rate(lambda: iter(big), 4 * B, 60, 3, dev)["samples_per_s"]
-    big = None
-    print("compressed", res["robocache_compressed"], flush=True)
-    fixed_batch = next(iter(loader))
-    fixed_batch = {k: v.clone() for k, v in fixed_batch.items()}
-    save()
+    fixed_batch, loaders = None, {}
+    res["robocache_compressed"], res["step"] = {}, {p: {} for p in args.policies}
+    for name in args.backends:
+        # read at each batch; each backend keeps its own decoder (robocache.frames.jpeg.backend_choice)
+        os.environ["ROBOCACHE_NVJPEG_BACKEND"] = name
+        loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+        torch.cuda.reset_peak_memory_stats(dev)
+        r = rate(lambda: iter(loader), B, 300, 5, dev)
+        r["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+        r["decoder"] = robocache.frames.jpeg.backend(dev)
+        big = robocache.DataLoader(ds, 4 * B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+        r["samples_per_s_batch_x4"] = rate(lambda: iter(big), 4 * B, 60, 3, dev)["samples_per_s"]
+        big = None
+        res["robocache_compressed"][name] = r
+        print("compressed", name, r, flush=True)
+        if fixed_batch is None:
+            fixed_batch = {k: v.clone() for k, v in next(iter(loader)).items()}
+        save()
 
-    # ---- step cost, before any other loader exists in the process ----------------------------------
-    fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
-    mine = {"robocache_compressed": lambda: endless(lambda: iter(loader))}
-    res["step"] = step_cost(fixed, mine, args.rounds, args.steps, dev)
-    print("step", res["step"], flush=True)
-    res["step_width128"] = step_cost(fixed, mine, 2, max(10, args.steps // 3), dev, width=128)
-    print("step128", res["step_width128"], flush=True)
-    # the loader's thread and the training loop share the GIL: the same with a 0.5 ms switch interval
-    sys.setswitchinterval(0.0005)
-    res["step_switch_0.5ms"] = step_cost(fixed, mine, 2, args.steps, dev)
-    sys.setswitchinterval(0.005)
-    print("step switch", res["step_switch_0.5ms"], flush=True)
-    save()
+        # ---- step cost (before the torch DataLoader's workers exist in the process) ----------------
+        fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
+        mine = {name: lambda: endless(lambda: iter(loader))}
+        for policy in args.policies:
+            rounds, steps = (args.rounds, args.steps) if policy == "small" else (2, max(10, args.steps // 2))
+            res["step"][policy][name] = step_cost(fixed, mine, rounds, steps, dev, policy)
+            print("step", policy, name, res["step"][policy][name], flush=True)
+            save()
+        loaders[name] = loader
+    os.environ.pop("ROBOCACHE_NVJPEG_BACKEND", None)
 
     # ---- the torch DataLoader over AV1 mp4s ----------------------------------------------------
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -481,9 +508,11 @@ def main(argv=None) -> int:
     print("torch", res["torch_pyav"], flush=True)
     save()
 
-    res["step"]["torch_pyav"] = step_cost(fixed, {"torch_pyav": lambda: endless(torch_iter)}, 1,
-                                          args.steps, dev)["torch_pyav"]
-    print("step torch", res["step"]["torch_pyav"], flush=True)
+    for policy in args.policies:
+        steps = args.steps if policy == "small" else max(10, args.steps // 2)
+        res["step"][policy]["torch_pyav"] = step_cost(fixed, {"torch_pyav": lambda: endless(torch_iter)}, 1,
+                                                      steps, dev, policy)
+        print("step torch", policy, res["step"][policy]["torch_pyav"], flush=True)
     tl = None
     gc.collect()
     save()
@@ -503,7 +532,7 @@ def main(argv=None) -> int:
     save()
 
     # ---- the host tier on a subset that fits ------------------------------------------------------
-    loader = ds = stores = None
+    loader = loaders = ds = stores = None
     gc.collect()
     He = max(1, args.host_frames // (len(CAMS) * EP_LEN))
     dec = np.empty((len(poff) - 1, yuv420_bytes(H, W)), np.uint8)
@@ -517,7 +546,8 @@ def main(argv=None) -> int:
     res["robocache_host"] = {**rate(lambda: iter(hl), B, 150, 5, dev), "camera_frames": He * EP_LEN * 3,
                              "pinned_gb": sum(s.nbytes for s in hstores.values()) / 1e9}
     print("host", res["robocache_host"], flush=True)
-    res["ratio_vs_torch"] = res["robocache_compressed"]["samples_per_s"] / res["torch_pyav"]["samples_per_s"]
+    res["ratio_vs_torch"] = {name: r["samples_per_s"] / res["torch_pyav"]["samples_per_s"]
+                             for name, r in res["robocache_compressed"].items()}
     save()
     return 0
 

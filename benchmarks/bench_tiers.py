@@ -13,8 +13,10 @@ Contender: torch.utils.data.DataLoader with --workers workers, each sample decod
 episode's video with PyAV (LeRobot's default video path: open, seek to the key frame, decode to the
 timestamp), low-dim windows in NumPy. Windows everywhere: state [B,1,44] and action [B,16,44]
 (min/max normalized, padded to GR00T's 44), image [B,1,3,480,640] float in [0, 1].
-Measured: samples/s (loader alone), and the loader's cost in a GR00T-style step
-(examples/train_groot_style.py's policy), paired against fixed in-memory batches (bench_loader.step_costs).
+Measured: samples/s (loader alone), and the loader's cost in the training step, paired against fixed
+in-memory batches (bench_loader.step_costs), for --policies: "small" (examples/train_groot_style.py's
+policy, a step of a few ms) and "groot" (GR00T-sized: a frozen ViT-L/14 on the frame at 224x224 and a
+trained flow-matching action head, benchmarks/groot_sized.py)
 """
 
 from __future__ import annotations
@@ -116,9 +118,9 @@ def loader_rate(ds, cam, B, n, **kw) -> dict:
     return bl.throughput(bl.endless(lambda: iter(loader)), B, n, warm=3)
 
 
-def step_cost(loops: dict, fixed_batch, rounds, steps, dev) -> dict:
-    fixed = lambda: iter(lambda: fixed_batch, None)
-    return bl.step_costs(fixed, loops, rounds, steps, dev)
+def step_cost(loops: dict, fixed_batch, rounds, steps, dev, policy) -> dict:
+    fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
+    return bl.step_costs(fixed, loops, rounds, steps, dev, policy)
 
 
 def main(argv=None) -> int:
@@ -133,6 +135,8 @@ def main(argv=None) -> int:
     ap.add_argument("--disk-gb", type=float, default=0.0, help="generated YUV frames in a mapped file (GB)")
     ap.add_argument("--disk-dir", type=Path, default=Path("/tmp"))
     ap.add_argument("--skip-contender", action="store_true")
+    ap.add_argument("--policies", nargs="+", default=["small", "groot"], choices=["small", "groot"],
+                    help="step cost with examples/train_groot_style.py's policy and/or the GR00T-sized one")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
@@ -183,9 +187,11 @@ def main(argv=None) -> int:
             r = bl.throughput(bl.to_gpu(bl.endless(lambda: iter(dl)), dev), B, 12, warm=args.workers)
             report(f"torch DL + PyAV decode ({args.workers} workers)", r)
             del dl
-        costs = step_cost(loops, fixed_batch, args.rounds, args.steps, dev)
-        for who, c in costs.items():
-            report(f"step: {who}", {k: v for k, v in c.items() if k != "rounds"})
+        for policy in args.policies:
+            rounds, steps = (args.rounds, args.steps) if policy == "small" else (2, max(10, args.steps // 2))
+            costs = step_cost(loops, fixed_batch, rounds, steps, dev, policy)
+            for who, c in costs.items():
+                report(f"step ({policy}): {who}", {k: v for k, v in c.items() if k != "rounds"})
 
     # --- bigger than the device budget / the GPU: host and disk tiers, trained end to end
     for tier, gb in (("host", args.big_gb), ("disk", args.disk_gb)):

@@ -124,6 +124,17 @@ def DATA():
     return path
 
 
+def mapped_file(address: int) -> str | None:
+    """The file behind the mapping that holds ``address`` in this process (/proc/self/maps), or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= address < hi:
+                return parts[5].strip() if len(parts) == 6 else None
+    return None
+
+
 def sha256_tree(root) -> dict:
     """{relative path: sha256} of every file under root (or of root itself, a file)."""
     root = Path(root)

@@ -26,6 +26,7 @@ av = pytest.importorskip("av")
 pytestmark = pytest.mark.usefixtures("cache_env")
 torch = pytest.importorskip("torch")
 
+from conftest import mapped_file  # noqa: E402
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames.ingest import FrameSpec, ingest_videos, probe_videos  # noqa: E402
@@ -286,6 +287,42 @@ def test_disk_tier_maps_the_cache_file(clips):
     assert Path(res.cache_path).read_bytes()[:64] == before
     again = ingest_videos(clips["h264"], tier="disk")
     assert again.from_cache and again.data[0, :64].tolist() == list(before)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+def test_host_tier_from_the_cache_is_the_files_pages(clips):
+    """Loaded from the cache, the host tier is the cache file's own pages (no fresh memory, no copy:
+    one copy of the frames in RAM), copy-on-write: a stray write never reaches the file."""
+    first = ingest_videos(clips["h264"], tier="host")
+    hit = ingest_videos(clips["h264"], tier="host")
+    assert hit.from_cache and torch.equal(hit.data, first.data)
+    if mapped_file(hit.data.data_ptr()) is None:
+        pytest.skip("this kernel has no MADV_POPULATE_READ: the host tier is read into fresh memory")
+    assert os.path.samefile(mapped_file(hit.data.data_ptr()), hit.cache_path)
+    assert mapped_file(first.data.data_ptr()) != hit.cache_path          # the cold load decoded into RAM
+    before = Path(hit.cache_path).read_bytes()[:64]
+    hit.data[0, :64] = 7
+    assert Path(hit.cache_path).read_bytes()[:64] == before
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc/self/status")
+def test_file_pages_are_populated_without_anonymous_memory(tmp_path, rng):
+    from robocache.frames.pinned import file_pages
+
+    def anon_kb():
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("RssAnon:"))
+
+    data = rng.integers(0, 256, 48 << 20, dtype=np.uint8)
+    path = tmp_path / "rows.bin"
+    data.tofile(path)
+    a0 = anon_kb()
+    t = file_pages(path, (48, 1 << 20), gpu=False)
+    if t is None:
+        pytest.skip("this kernel has no MADV_POPULATE_READ")
+    assert anon_kb() - a0 < 8 << 10                           # 48 MB populated, not copied
+    assert np.array_equal(t.numpy().reshape(-1), data)
+    assert file_pages(path, (0, 16), gpu=False) is None       # nothing to map
 
 
 def test_resize_odd_size(clips):

@@ -7,11 +7,14 @@ and skips without it.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import mapped_file  # noqa: E402
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
@@ -62,13 +65,29 @@ def test_device_tier_from_cache(tmp_path, rng, monkeypatch, chunk_frames):
     assert str(other.data.device) == dev1 and torch.equal(other.data.cpu(), res.data.cpu())
 
 
-def test_host_tier_is_pinned_with_a_gpu(tmp_path, rng):
+@pytest.mark.parametrize("in_place", [True, False], ids=["file-pages", "refused-copy"])
+def test_host_tier_is_pinned_with_a_gpu(tmp_path, rng, monkeypatch, in_place):
+    """From the cache the host tier is the file's page-cache pages pinned in place (read-only
+    registration); where the driver refuses, a copy into fresh pinned memory. The GPU reads either
+    over the bus (a gather) and gets the frames."""
+    import robocache._C as C
     spec = FrameSpec.make("yuv420", 32, 48)
     counts = np.array([4, 6], np.int64)
     paths, frames, _ = write_entry(tmp_path, rng, counts, spec)
+    if not in_place:
+        monkeypatch.setattr(C, "_host_register", lambda *a: 801)   # cudaErrorNotSupported
     res = ingest_videos(paths, tier="host", backend="pyav", desc="cam", spec=spec, counts=counts)
     assert res.from_cache and res.data.is_pinned() and not res.data.is_cuda
+    backing = mapped_file(res.data.data_ptr())
+    assert (backing is not None and os.path.samefile(backing, res.cache_path)) == in_place
     np.testing.assert_array_equal(res.data.numpy(), frames)
+    ids = torch.tensor([9, 0, 4, -1], device="cuda")
+    out = torch.full((4, 32, 48, 3), 7, dtype=torch.uint8, device="cuda")
+    C.gather_frames(res.data, ids, out, format="yuv420", height=32, width=48, channels=3)
+    ref = torch.empty_like(out)
+    C.gather_frames(torch.from_numpy(frames).cuda(), ids, ref, format="yuv420", height=32, width=48, channels=3)
+    assert torch.equal(out, ref) and not out[3].any()
+    torch.cuda.synchronize()                                # no error left for a later launch check
 
 
 def test_device_tier_decodes_like_host(tmp_path, monkeypatch):

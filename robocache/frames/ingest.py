@@ -38,6 +38,7 @@ from ..readers._common import ReaderError, progress_enabled, require
 from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_codec, _times_or_index, count_frames,
                              decode_video, opencv_codec_error, probe_video, resolve_backend)
 from . import cache as _cache
+from .pinned import file_pages, pinned_empty
 from .planes import copy_plane, cpu_count
 from .store import yuv420_bytes
 
@@ -393,7 +394,6 @@ def _host_buffer(torch, shape):
     kernel call, measured 6x faster than taking a page fault per 4 KiB while decoding into it)."""
     if torch.cuda.is_available():
         # exact size: torch's pin_memory=True rounds to a power of two (75 GB would ask for 128 GB)
-        from .pinned import pinned_empty
         return pinned_empty(shape)
     nbytes = int(np.prod(shape))
     populate = getattr(mmap, "MAP_POPULATE", 0)
@@ -557,13 +557,17 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
     if tier == "disk":
         data = _map_file(torch, entry.data_path, spec, n)
     else:
-        with open(entry.data_path, "rb") as f:
-            if tier == "host":
-                data = _host_buffer(torch, _shape(spec, n))
-                with ThreadPoolExecutor(min(4, cpu_count()), thread_name_prefix="robocache-read") as pool:
-                    _pread_into(f.fileno(), _np(data), 0, pool)
-            else:
-                data = _upload(torch, f.fileno(), spec, n, dev)
+        # host: the cache file's own pages, pinned in place (no fresh memory to zero and pin, no copy;
+        # one copy of the frames in RAM); where they cannot be pinned, a copy into fresh pinned memory
+        data = file_pages(entry.data_path, _shape(spec, n), gpu=True) if tier == "host" else None
+        if data is None:
+            with open(entry.data_path, "rb") as f:
+                if tier == "host":
+                    data = _host_buffer(torch, _shape(spec, n))
+                    with ThreadPoolExecutor(min(4, cpu_count()), thread_name_prefix="robocache-read") as pool:
+                        _pread_into(f.fileno(), _np(data), 0, pool)
+                else:
+                    data = _upload(torch, f.fileno(), spec, n, dev)
     return Ingested(data=data, counts=counts, offsets=offsets, times=_split_times(times, offsets), spec=spec,
                     from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
 

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What a session on a lent GPU machine runs, in parts that each fit one 10-minute command:
+#
+#   bash tools/gpu_session.sh tests     # build, then the `cuda`-marked suite        (~5 min on an H100)
+#   bash tools/gpu_session.sh scale     # build, then benchmarks/bench_scale.py       (~8 min)
+#   bash tools/gpu_session.sh tiers     # build, then bench_tiers.py + bench_ingest.py on the real AV1 set
+#
+# Logs and JSON go to $OUT (the device tool's folder that comes back; default /tmp/robocache-gpu).
+# Wheels the machine lacks (PyAV, nvidia-ml-py) are installed from $WHEELS (a carried folder of
+# them), and the real data is read from $ROBOCACHE_DATA (a carried copy of ../shared/data's sets the
+# parts use). The extension is built here with this machine's python and kept between parts of one
+# warm machine; ROBOCACHE_REBUILD=1 forces a clean build (an in-place build of a stale tree once ran
+# an old .cu: setup.py's depends now list cuda/*.cu, this is the belt to those braces).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+part=${1:?usage: tools/gpu_session.sh tests|scale|tiers}
+out=${OUT:-/tmp/robocache-gpu}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+if [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ] && [ ! -d /tmp/site/av ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "$WHEELS"/*.whl || exit 1
+fi
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ "${ROBOCACHE_REBUILD:-0}" = 1 ]; then rm -rf build robocache/_C*.so; fi
+if ! ls robocache/_C*.so >/dev/null 2>&1; then
+    t=$SECONDS
+    ROBOCACHE_CUDA_ARCHS=${ROBOCACHE_CUDA_ARCHS:-90} python3 setup.py build_ext --inplace >"$out/build.log" 2>&1 \
+        || { tail -40 "$out/build.log"; exit 1; }
+    echo "== built in $((SECONDS - t)) s"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+python3 -m robocache info 2>&1 | tee "$out/info.txt"
+
+case "$part" in
+tests)
+    python3 -m pytest -m cuda -q -p no:cacheprovider -rs 2>&1 | tee "$out/cuda-tests.txt"
+    ;;
+scale)
+    python3 benchmarks/bench_scale.py --json "$out/bench_scale.json" 2>&1 | tee "$out/bench_scale.txt"
+    ;;
+tiers)
+    data=${ROBOCACHE_DATA:?set ROBOCACHE_DATA to the carried data folder}/cr5_flashdrive_av1
+    python3 benchmarks/bench_tiers.py --data "$data" --json "$out/bench_tiers.json" 2>&1 | tee "$out/bench_tiers.txt"
+    python3 benchmarks/bench_ingest.py --data "$data" --json "$out/bench_ingest.json" 2>&1 | tee "$out/bench_ingest.txt"
+    ;;
+*)
+    echo "unknown part $part (tests, scale, tiers)"
+    exit 2
+    ;;
+esac

@@ -63,11 +63,14 @@ def file_pages(path, shape, gpu: bool):
     nbytes = int(np.prod(shape))
     if nbytes == 0:
         return None
-    arr = np.memmap(path, dtype=np.uint8, mode="c", shape=shape)   # the array keeps the map alive
+    with open(path, "rb") as f:
+        region = mmap.mmap(f.fileno(), nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     try:
-        arr._mmap.madvise(_MADV_POPULATE_READ)
+        region.madvise(_MADV_POPULATE_READ)
     except (OSError, AttributeError, ValueError):
+        region.close()
         return None
+    arr = np.frombuffer(region, np.uint8).reshape(shape)          # the array keeps the map alive
     t = torch.from_numpy(arr)
     if gpu and torch.cuda.is_available():
         # robocache's own runtime: a refusal is cleared there, never left for torch's next launch check

@@ -16,12 +16,14 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import mapped_file
 import robocache
 from robocache import DataLoader, Window
 from robocache.frames import cache as fcache
 from robocache.frames import plan as fplan
 from robocache.frames.compress import ingest_compressed
 from robocache.frames.jpeg import Encoder, decode_rows_cpu, encode_all, pack
+from robocache.frames.pinned import file_pages
 from robocache.frames.store import FrameStore, yuv420_bytes
 
 av = pytest.importorskip("av")
@@ -223,6 +225,9 @@ def test_cache_hit_stale_and_corrupt(clips, cache_env, monkeypatch):
     hit = ingest_compressed(clips)
     assert hit.from_cache and np.array_equal(hit.data, first.data) and np.array_equal(hit.offsets, first.offsets)
     assert [len(t) for t in hit.times] == [7, 11]
+    if os.path.exists("/proc/self/maps") and file_pages(hit.cache_path, (1,), gpu=False) is not None:
+        backing = mapped_file(hit.data.ctypes.data)            # in RAM as the cache file's own pages
+        assert backing is not None and os.path.samefile(backing, hit.cache_path)
     mapped = ingest_compressed(clips, host_budget=16)
     assert mapped.mapped and isinstance(mapped.data, np.memmap) and np.array_equal(mapped.data, first.data)
     # another quality is another entry

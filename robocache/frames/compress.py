@@ -21,6 +21,7 @@ import numpy as np
 from . import cache as _cache
 from .ingest import (FrameSpec, _as_paths, _check_present, _decode_pyav_into, _offsets, _progress_bar, _Rows,
                      _split_times, _Ticker, probe_videos)
+from .pinned import file_pages
 from .planes import cpu_count
 from .jpeg import check_qscale, encode_rows, pack
 
@@ -92,8 +93,12 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
     counts = np.asarray(meta["counts"], np.int64)
     total = int(offsets[-1])
     mapped = host_budget is not None and total > host_budget
-    data = (np.memmap(entry.data_path, np.uint8, "r", shape=(total,)) if mapped
-            else np.fromfile(entry.data_path, np.uint8, count=total))
+    if mapped:
+        data = np.memmap(entry.data_path, np.uint8, "r", shape=(total,))
+    else:
+        # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read)
+        pages = file_pages(entry.data_path, (total,), gpu=False)
+        data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
     return Compressed(data, offsets, counts, _split_times(times, _offsets(counts)), spec, qscale, True,
                       str(entry.data_path), mapped)
 

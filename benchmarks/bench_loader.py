@@ -280,29 +280,31 @@ def same(a: dict, b: dict, keys, what: str):
             raise AssertionError(f"{what}: key {k!r} differs from robocache")
 
 
-def make_policy(policy: str, dev):
-    """"small": examples/train_groot_style.py's policy (a conv embedding of the frame, a step of a few
-    ms); "groot": GR00T-sized (benchmarks/groot_sized.py: frozen ViT-L/14 + flow-matching action head)."""
+def make_policy(policy, dev):
+    """``(model, loss(model, batch))`` of ``policy``: "small", examples/train_groot_style.py's policy (a
+    conv embedding of the frame, a step of a few ms); "groot", GR00T-sized (benchmarks/groot_sized.py:
+    frozen ViT-L/14 + flow-matching action head); or a callable ``dev -> (model, loss)`` (bench_scale's
+    3-camera policies)."""
+    if callable(policy):
+        return policy(dev)
     if policy == "groot":
         from groot_sized import GrootSized
-        return GrootSized(1, 44, 44, groot.CHUNK).to(dev)
-    return groot.Policy(video=True).to(dev)
+
+        def loss(m, b):
+            with torch.autocast("cuda", torch.bfloat16):
+                return m.loss(b["state"], [b["image"][:, 0]], b["action"], b["action_is_pad"])
+        return GrootSized(1, 44, 44, groot.CHUNK).to(dev), loss
+    return groot.Policy(video=True).to(dev), \
+        lambda m, b: groot.masked_mse(m(b["state"], b["image"]), b["action"], b["action_is_pad"])
 
 
-def policy_loss(model, policy: str, b):
-    if policy == "groot":
-        with torch.autocast("cuda", torch.bfloat16):
-            return model.loss(b["state"], [b["image"][:, 0]], b["action"], b["action_is_pad"])
-    return groot.masked_mse(model(b["state"], b["image"]), b["action"], b["action_is_pad"])
-
-
-def train_loop(batches, steps: int, warm: int, dev, policy: str = "small") -> dict:
+def train_loop(batches, steps: int, warm: int, dev, policy="small") -> dict:
     """Training steps of `policy` (make_policy) with the frame: wall time per step, GPU busy
     fraction, on the GPU's timeline the median gap between one step's last kernel and the next
     one's first (where next() sits: its host time when the host is the bottleneck, or a wait on
     the batch), and the median host time of next() inside the loop."""
     torch.manual_seed(0)
-    model = make_policy(policy, dev)
+    model, loss_of = make_policy(policy, dev)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     events, waits = [], []
     for i in range(warm + steps):
@@ -314,7 +316,7 @@ def train_loop(batches, steps: int, warm: int, dev, policy: str = "small") -> di
         waits.append(time.perf_counter() - t0)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        loss = policy_loss(model, policy, b)
+        loss = loss_of(model, b)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -329,7 +331,7 @@ def train_loop(batches, steps: int, warm: int, dev, policy: str = "small") -> di
             "gap_us": statistics.median(gaps), "next_us": 1e6 * statistics.median(waits[warm:])}
 
 
-def step_costs(fixed, loops: dict, rounds: int, steps: int, dev, policy: str = "small") -> dict:
+def step_costs(fixed, loops: dict, rounds: int, steps: int, dev, policy="small") -> dict:
     """Each loader's cost in the training step, paired against fixed batches (already in GPU
     memory, no loader work): every round runs fixed, loader 1, fixed, loader 2, ..., fixed, and a
     loader's cost in that round is its step time over the mean of the fixed-batch steps run just

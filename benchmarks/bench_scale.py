@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import robocache  # noqa: E402
+from bench_loader import endless, step_costs, sync  # noqa: E402
 from groot_sized import GrootSized  # noqa: E402
 from robocache import Window  # noqa: E402
 from robocache.frames.jpeg import decode_rows_cpu, encode_all, pack  # noqa: E402
@@ -57,10 +58,6 @@ from robocache.frames.store import FrameStore, yuv420_bytes  # noqa: E402
 
 H, W, FPS, EP_LEN, CAMS = 180, 320, 15, 300, ("exterior_1", "exterior_2", "wrist")
 STATE, ACTION, CHUNK = 8, 7, 16
-
-
-def sync():
-    torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,58 +163,24 @@ class Policy(nn.Module):
 POLICIES = ("small", "wide", "groot")
 
 
-def make_policy(kind: str, dev) -> nn.Module:
-    if kind == "groot":
-        return GrootSized(len(CAMS), STATE, ACTION, CHUNK).to(dev)
-    return Policy(width={"small": 32, "wide": 128}[kind]).to(dev).to(memory_format=torch.channels_last)
+def make_policy(kind: str):
+    """``dev -> (model, loss(model, batch))`` of a 3-camera policy (bf16 autocast), for
+    bench_loader.step_costs."""
+    def make(dev):
+        if kind == "groot":
+            model = GrootSized(len(CAMS), STATE, ACTION, CHUNK).to(dev)
 
+            def loss(m, b):
+                with torch.autocast("cuda", torch.bfloat16):
+                    return m.loss(b["state"], [b[c][:, 0] for c in CAMS], b["action"])
+        else:
+            model = Policy(width={"small": 32, "wide": 128}[kind]).to(dev).to(memory_format=torch.channels_last)
 
-def train_loop(batches, steps: int, warm: int, dev, policy: str = "small") -> float:
-    """ms per training step (bf16 autocast, AdamW over the trained parameters) fed by `batches`."""
-    torch.manual_seed(0)
-    model = make_policy(policy, dev)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    for i in range(warm + steps):
-        if i == warm:
-            sync()
-            t = time.perf_counter()
-        b = next(batches)
-        with torch.autocast("cuda", torch.bfloat16):
-            if policy == "groot":
-                loss = model.loss(b["state"], [b[c][:, 0] for c in CAMS], b["action"])
-            else:
-                loss = ((model(b) - b["action"]) ** 2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    sync()
-    return 1e3 * (time.perf_counter() - t) / steps
-
-
-def step_cost(fixed, loops: dict, rounds: int, steps: int, dev, policy: str = "small") -> dict:
-    """Each loader's cost in the step, paired against fixed batches run just before and after it."""
-    per = {k: [] for k in loops}
-    base_ms = []
-    for _ in range(rounds):
-        before = train_loop(fixed(), steps, 3, dev, policy)
-        for who, make in loops.items():
-            r = train_loop(make(), steps, 3, dev, policy)
-            after = train_loop(fixed(), steps, 3, dev, policy)
-            base = (before + after) / 2
-            per[who].append((r, (r - base) / r))
-            base_ms.append(base)
-            before = after
-    out = {"fixed_step_ms": statistics.median(base_ms)}
-    for who, rs in per.items():
-        c = [x for _, x in rs]
-        out[who] = {"step_ms": statistics.median([r for r, _ in rs]), "loader_cost": statistics.median(c),
-                    "cost_p25": float(np.quantile(c, 0.25)), "cost_p75": float(np.quantile(c, 0.75))}
-    return out
-
-
-def endless(make_iter):
-    while True:
-        yield from make_iter()
+            def loss(m, b):
+                with torch.autocast("cuda", torch.bfloat16):
+                    return ((m(b) - b["action"]) ** 2).mean()
+        return model, loss
+    return make
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,10 +444,10 @@ def main(argv=None) -> int:
 
         # ---- step cost (before the torch DataLoader's workers exist in the process) ----------------
         fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
-        mine = {name: lambda: endless(lambda: iter(loader))}
+        mine = {name: (lambda: endless(lambda: iter(loader)), 3)}
         for policy in args.policies:
             rounds, steps = (args.rounds, args.steps) if policy == "small" else (2, max(10, args.steps // 2))
-            res["step"][policy][name] = step_cost(fixed, mine, rounds, steps, dev, policy)
+            res["step"][policy][name] = step_costs(fixed, mine, rounds, steps, dev, make_policy(policy))
             print("step", policy, name, res["step"][policy][name], flush=True)
             save()
         loaders[name] = loader
@@ -510,8 +473,8 @@ def main(argv=None) -> int:
 
     for policy in args.policies:
         steps = args.steps if policy == "small" else max(10, args.steps // 2)
-        res["step"][policy]["torch_pyav"] = step_cost(fixed, {"torch_pyav": lambda: endless(torch_iter)}, 1,
-                                                      steps, dev, policy)
+        res["step"][policy]["torch_pyav"] = step_costs(fixed, {"torch_pyav": (lambda: endless(torch_iter), 3)}, 1,
+                                                       steps, dev, make_policy(policy))["torch_pyav"]
         print("step torch", policy, res["step"][policy]["torch_pyav"], flush=True)
     tl = None
     gc.collect()

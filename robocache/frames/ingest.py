@@ -556,18 +556,18 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
     n = int(offsets[-1])
     if tier == "disk":
         data = _map_file(torch, entry.data_path, spec, n)
-    else:
-        # host: the cache file's own pages, pinned in place (no fresh memory to zero and pin, no copy;
-        # one copy of the frames in RAM); where they cannot be pinned, a copy into fresh pinned memory
-        data = file_pages(entry.data_path, _shape(spec, n), gpu=True) if tier == "host" else None
+    elif tier == "host":
+        # the cache file's own pages, pinned in place (no fresh memory to zero and pin, no copy; one
+        # copy of the frames in RAM); where they cannot be pinned, a copy into fresh pinned memory
+        data = file_pages(entry.data_path, _shape(spec, n), gpu=True)
         if data is None:
-            with open(entry.data_path, "rb") as f:
-                if tier == "host":
-                    data = _host_buffer(torch, _shape(spec, n))
-                    with ThreadPoolExecutor(min(4, cpu_count()), thread_name_prefix="robocache-read") as pool:
-                        _pread_into(f.fileno(), _np(data), 0, pool)
-                else:
-                    data = _upload(torch, f.fileno(), spec, n, dev)
+            data = _host_buffer(torch, _shape(spec, n))
+            with open(entry.data_path, "rb") as f, \
+                    ThreadPoolExecutor(min(4, cpu_count()), thread_name_prefix="robocache-read") as pool:
+                _pread_into(f.fileno(), _np(data), 0, pool)
+    else:
+        with open(entry.data_path, "rb") as f:
+            data = _upload(torch, f.fileno(), spec, n, dev)
     return Ingested(data=data, counts=counts, offsets=offsets, times=_split_times(times, offsets), spec=spec,
                     from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
 

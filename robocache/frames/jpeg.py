@@ -7,9 +7,9 @@ it scales the JPEG standard quantization tables). The stream's matrix and range 
 store, so the batch converts the decoded planes to RGB exactly as the lossless tiers do.
 
 Decoding (per batch): on a GPU, nvJPEG's batched decoder (``robocache._C.decode_jpeg``: the A100/H100
-JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) writes the sampled frames' planes into a scratch I420 buffer on the
-loader's stream, and ``gather_frames`` makes the batch from it (color, layout, dtype, resize) as in
-every tier. The host's share per batch: a header check and nvJPEG's bitstream parsing of each sampled
+JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) writes the sampled
+frames' planes into a scratch I420 buffer on the loader's stream, and ``gather_frames`` makes the batch
+from it (color, layout, dtype, resize) as in every tier. The host's share per batch: a header check and nvJPEG's bitstream parsing of each sampled
 frame. On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is tested against).
 """
 

@@ -53,8 +53,9 @@ def file_pages(path, shape, gpu: bool):
     a copy-on-write map (a stray write changes this process's copy, never the file) populated in one
     call, pinned in place for the GPU when ``gpu`` (registered read-only: the GPU only reads the pages,
     so the driver pins the page-cache pages instead of asking to write them, which would copy each page
-    of a private map; undone when the last tensor over it is gone). None where that cannot be had (a kernel without MADV_POPULATE_READ, a GPU or
-    filesystem refusing the registration): the caller reads the rows into fresh memory instead.
+    of a private map; undone when the last tensor over it is gone). None where that cannot be had (a
+    kernel without MADV_POPULATE_READ, a GPU or filesystem refusing the registration): the caller reads
+    the rows into fresh memory instead.
 
     Measured on the 2-core CI-like machine (2 GB file in the page cache): 19-21 GB/s to map and
     populate, against 0.4 GB/s to populate fresh anonymous memory and 5.8 GB/s to read into it."""

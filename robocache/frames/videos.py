@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 
 from .compress import ingest_compressed
 from .ingest import ingest_videos, probe_videos
+from .jpeg import check_qscale
 from .plan import Need, budgets, plan
 from .store import FrameStore
 
@@ -20,7 +21,6 @@ def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", d
     The plan is made before anything is decoded (see robocache.frames.plan); ``frames`` is "auto", a
     tier, or ``{stream: tier}``. ``jpeg_qscale``: the compressed tier's quantizer (robocache.frames.jpeg).
     """
-    from .jpeg import check_qscale
     check_qscale(jpeg_qscale)
     probed = {k: probe_videos(list(paths), resize=resize, backend=backend, workers=workers)
               for k, paths in videos.items()}

@@ -243,14 +243,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
     storage to ingest (robocache.frames).
     """
     require("pyarrow", "lerobot", "from_lerobot")
-    root = Path(os.fspath(path))
-    if not root.is_dir():
-        raise ReaderError(f"{root}: no such dataset folder")
-    info_path = root / "meta" / "info.json"
-    if not info_path.is_file():
-        raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
-    info = _load_json(info_path)
-    major = _version(info, info_path)
+    root, info_path, info, major = _open_info(path)
     if annotations not in ("text", "index"):
         raise ValueError(f"annotations must be 'text' or 'index', got {annotations!r}")
     if video_timestamps not in ("pts", "parquet"):
@@ -266,13 +259,7 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
 
     # --- episode table: index, length, tasks, where its rows are
     table = _episode_table(root, info, major, data_tmpl, chunks_size)
-    if episodes is None:
-        selected = sorted(table)
-    else:
-        selected = [int(e) for e in episodes]
-        missing = [e for e in selected if e not in table]
-        if missing:
-            raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")
+    selected = _select(root, table, episodes)
     if not selected:
         raise ReaderError(f"{root}: the dataset lists no episodes")
     selected = _present(root, info, table, selected, major, chunks_size, load_video, missing_files)
@@ -450,6 +437,29 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
                "task_table": _task_table(root, major), "files": [str(table[e]["data"]) for e in selected]})
 
 
+def _open_info(path):
+    """``(root, info_path, info, major version)`` of a LeRobot set folder, or ReaderError."""
+    root = Path(os.fspath(path))
+    if not root.is_dir():
+        raise ReaderError(f"{root}: no such dataset folder")
+    info_path = root / "meta" / "info.json"
+    if not info_path.is_file():
+        raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
+    info = _load_json(info_path)
+    return root, info_path, info, _version(info, info_path)
+
+
+def _select(root: Path, table: dict, episodes) -> list:
+    """The episodes asked for (all when None), each checked to be in the table."""
+    if episodes is None:
+        return sorted(table)
+    selected = [int(e) for e in episodes]
+    missing = [e for e in selected if e not in table]
+    if missing:
+        raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")
+    return selected
+
+
 def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_size: int) -> dict:
     """{episode: {"length", "tasks", "data" (its parquet file), "row" (v3: the metadata row)}} from the
     episode metadata (v2.x episodes.jsonl, v3.0 meta/episodes parquet files)."""
@@ -480,17 +490,9 @@ def episode_weights(path, *, episodes=None, video_resize=None):
     """``(episodes, rows, weights)`` from the metadata alone, before anything is read: each episode's
     rows (the length its metadata lists) and rows x the pixels of one frame of every video key (rows
     when there is none), what ``shard_episodes`` balances the ranks by."""
-    root = Path(os.fspath(path))
-    info_path = root / "meta" / "info.json"
-    if not info_path.is_file():
-        raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
-    info = _load_json(info_path)
-    major = _version(info, info_path)
+    root, _, info, major = _open_info(path)
     table = _episode_table(root, info, major, info.get("data_path", ""), int(info.get("chunks_size") or 1000))
-    ids = sorted(table) if episodes is None else [int(e) for e in episodes]
-    missing = [e for e in ids if e not in table]
-    if missing:
-        raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")
+    ids = _select(root, table, episodes)
     rows = np.array([table[e]["length"] for e in ids], np.int64)
     if (rows < 0).any():
         raise ReaderError(f"{root}: the episode metadata lists no length for episodes "

@@ -19,13 +19,7 @@ from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
 
-pytestmark = pytest.mark.cuda
-
-
-@pytest.fixture(autouse=True)
-def cache_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("ROBOCACHE_CACHE_DIR", str(tmp_path / "rc-cache"))
-    monkeypatch.setenv("ROBOCACHE_NO_PROGRESS", "1")
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cache_env")]
 
 
 def write_entry(tmp_path, rng, counts, spec, desc="cam"):

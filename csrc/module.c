@@ -134,54 +134,6 @@ static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_
 #endif
 }
 
-PyDoc_STRVAR(host_register_doc,
-"_host_register(address, nbytes, read_only) -> int\n--\n\n"
-"cudaHostRegister of host memory at `address` for every context (portable, mapped; read-only: the\n"
-"GPU only reads it, so a private file map's page-cache pages are pinned in place). Returns the\n"
-"cudaError_t, 0 when registered; a failure leaves no sticky last error. -1 in a CPU-only build.");
-
-static PyObject *host_register(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "_host_register: expected 3 arguments, got %zd", nargs);
-        return NULL;
-    }
-    void *ptr = PyLong_AsVoidPtr(args[0]);
-    if (PyErr_Occurred()) return NULL;
-    Py_ssize_t nbytes = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
-    if (nbytes == -1 && PyErr_Occurred()) return NULL;
-    const int read_only = PyObject_IsTrue(args[2]);
-    if (read_only < 0) return NULL;
-    if (!ptr || nbytes <= 0) {
-        PyErr_SetString(PyExc_ValueError, "_host_register: expected a non-null address and nbytes > 0");
-        return NULL;
-    }
-    (void)module;
-#ifdef RC_WITH_CUDA
-    int e;
-    Py_BEGIN_ALLOW_THREADS
-    e = rc_cuda_host_register(ptr, (size_t)nbytes, read_only);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(e);
-#else
-    return PyLong_FromLong(-1);
-#endif
-}
-
-static PyObject *host_unregister(PyObject *module, PyObject *arg) {
-    void *ptr = PyLong_AsVoidPtr(arg);
-    if (PyErr_Occurred()) return NULL;
-    (void)module;
-#ifdef RC_WITH_CUDA
-    int e;
-    Py_BEGIN_ALLOW_THREADS
-    e = rc_cuda_host_unregister(ptr);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(e);
-#else
-    return PyLong_FromLong(-1);
-#endif
-}
-
 static PyMethodDef methods[] = {
     {"resample", (PyCFunction)(void (*)(void))rc_py_resample, METH_FASTCALL | METH_KEYWORDS,
      rc_resample_doc_text},
@@ -199,8 +151,6 @@ static PyMethodDef methods[] = {
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
     {"_graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, graph_launch_doc},
-    {"_host_register", (PyCFunction)(void (*)(void))host_register, METH_FASTCALL, host_register_doc},
-    {"_host_unregister", host_unregister, METH_O, "_host_unregister(address) -> int: cudaHostUnregister."},
     {NULL, NULL, 0, NULL},
 };
 

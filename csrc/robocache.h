@@ -309,12 +309,6 @@ rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 
 rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);
 int rc_cuda_runtime_version(void);
 int rc_cuda_driver_version(void);
-/* cudaHostRegister(ptr, nbytes, portable | mapped [| read-only]) for every context: the host tier
- * pinned in place over a cache file's pages (robocache/frames/pinned.py). Returns the cudaError_t
- * (0: registered); a failure is cleared from this runtime's last error, so the caller may fall
- * back to a copy without a later launch check seeing it. */
-int rc_cuda_host_register(void *ptr, size_t nbytes, int read_only);
-int rc_cuda_host_unregister(void *ptr);
 /* `waiter` waits (on the device, no host sync) for the work enqueued so far on `signaler`, both
  * streams of `device`. A failure falls back to synchronizing `signaler`. */
 rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device);

@@ -103,17 +103,3 @@ extern "C" int rc_cuda_driver_version(void) {
     cudaDriverGetVersion(&v);
     return v;
 }
-
-extern "C" int rc_cuda_host_register(void *ptr, size_t nbytes, int read_only) {
-    const unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped |
-                           (read_only ? cudaHostRegisterReadOnly : 0u);
-    cudaError_t e = cudaHostRegister(ptr, nbytes, flags);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return (int)e;
-}
-
-extern "C" int rc_cuda_host_unregister(void *ptr) {
-    cudaError_t e = cudaHostUnregister(ptr);
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    return (int)e;
-}

@@ -225,7 +225,7 @@ def test_cache_hit_stale_and_corrupt(clips, cache_env, monkeypatch):
     hit = ingest_compressed(clips)
     assert hit.from_cache and np.array_equal(hit.data, first.data) and np.array_equal(hit.offsets, first.offsets)
     assert [len(t) for t in hit.times] == [7, 11]
-    if os.path.exists("/proc/self/maps") and file_pages(hit.cache_path, (1,), gpu=False) is not None:
+    if os.path.exists("/proc/self/maps") and file_pages(hit.cache_path, (1,)) is not None:
         backing = mapped_file(hit.data.ctypes.data)            # in RAM as the cache file's own pages
         assert backing is not None and os.path.samefile(backing, hit.cache_path)
     mapped = ingest_compressed(clips, host_budget=16)

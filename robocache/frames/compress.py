@@ -97,7 +97,7 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
         data = np.memmap(entry.data_path, np.uint8, "r", shape=(total,))
     else:
         # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read)
-        pages = file_pages(entry.data_path, (total,), gpu=False)
+        pages = file_pages(entry.data_path, (total,))
         data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
     return Compressed(data, offsets, counts, _split_times(times, _offsets(counts)), spec, qscale, True,
                       str(entry.data_path), mapped)

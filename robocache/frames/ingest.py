@@ -38,7 +38,7 @@ from ..readers._common import ReaderError, progress_enabled, require
 from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_codec, _times_or_index, count_frames,
                              decode_video, opencv_codec_error, probe_video, resolve_backend)
 from . import cache as _cache
-from .pinned import file_pages, pinned_empty
+from .pinned import pinned_empty
 from .planes import copy_plane, cpu_count
 from .store import yuv420_bytes
 
@@ -388,19 +388,24 @@ def _resolve_device(torch, tier, device):
     return dev
 
 
-def _host_buffer(torch, shape):
-    """A CPU tensor for the host tier: pinned (cudaHostAlloc maps and locks every page) when torch
-    sees a CUDA device; else an anonymous map populated up front (MAP_POPULATE maps all pages in one
-    kernel call, measured 6x faster than taking a page fault per 4 KiB while decoding into it)."""
+def _host_buffer(torch, shape, fill=None):
+    """A CPU tensor for the host tier, written by ``fill(array)`` when given: pinned (cudaHostRegister
+    maps and locks every page) when torch sees a CUDA device; else an anonymous map, populated up front
+    when nothing fills it (MAP_POPULATE maps all pages in one kernel call, measured 6x faster than
+    taking a page fault per 4 KiB while decoding into it)."""
     if torch.cuda.is_available():
         # exact size: torch's pin_memory=True rounds to a power of two (75 GB would ask for 128 GB)
-        return pinned_empty(shape)
+        return pinned_empty(shape, fill=fill)
     nbytes = int(np.prod(shape))
-    populate = getattr(mmap, "MAP_POPULATE", 0)
+    populate = getattr(mmap, "MAP_POPULATE", 0) if fill is None else 0
     if nbytes < POPULATE_MIN_BYTES or not populate:
-        return torch.empty(shape, dtype=torch.uint8)
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
-    return torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map
+        out = torch.empty(shape, dtype=torch.uint8)
+    else:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+        out = torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map
+    if fill is not None:
+        fill(_np(out))
+    return out
 
 
 def _np(t):
@@ -557,14 +562,14 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
     if tier == "disk":
         data = _map_file(torch, entry.data_path, spec, n)
     elif tier == "host":
-        # the cache file's own pages, pinned in place (no fresh memory to zero and pin, no copy; one
-        # copy of the frames in RAM); where they cannot be pinned, a copy into fresh pinned memory
-        data = file_pages(entry.data_path, _shape(spec, n), gpu=True)
-        if data is None:
-            data = _host_buffer(torch, _shape(spec, n))
-            with open(entry.data_path, "rb") as f, \
-                    ThreadPoolExecutor(min(4, cpu_count()), thread_name_prefix="robocache-read") as pool:
-                _pread_into(f.fileno(), _np(data), 0, pool)
+        # fresh memory filled by parallel reads before it is pinned: the readers fault its pages in on
+        # every core (pinned_empty would zero them all on one thread first; pinning the cache file's
+        # own pages in place hung the driver, see pinned.py)
+        with open(entry.data_path, "rb") as f, \
+                ThreadPoolExecutor(min(16, cpu_count()), thread_name_prefix="robocache-read") as pool:
+            def fill(arr):
+                _pread_into(f.fileno(), arr, 0, pool, chunk=16 << 20)
+            data = _host_buffer(torch, _shape(spec, n), fill)
     else:
         with open(entry.data_path, "rb") as f:
             data = _upload(torch, f.fileno(), spec, n, dev)

@@ -3,11 +3,12 @@
 torch's ``pin_memory=True`` goes through its caching host allocator, which rounds every block up to
 a power of two: 75 GB of frames would ask the driver for 128 GB and fail on a 128 GB machine (measured
 on the H100 host: ``CUDA error: out of memory`` for a 75 GB pinned tensor with 122 GB free). Here the
-pages come from an anonymous map (populated in one call) and are page-locked and mapped for the GPU with
-``cudaHostRegister``; the registration is undone when the last tensor over them is gone.
+pages come from an anonymous map and are page-locked and mapped for the GPU with ``cudaHostRegister``;
+the registration is undone when the last tensor over them is gone.
 
-A host tier loaded from the cache needs no fresh memory at all: ``file_pages`` maps the cache file
-and pins its page-cache pages in place (one copy of the frames in RAM, no zeroing, no copy).
+A cache file's pages are not pinned in place: registering a private map of a 174 MB cache file did not
+return in 4 minutes on the H100 host (driver 580.159), where a small one registered at once. The host
+tier loaded from the cache fills fresh memory from the file in parallel instead (``pinned_empty(fill=)``).
 """
 
 from __future__ import annotations
@@ -30,15 +31,25 @@ def _unregister(ptr: int) -> None:
     torch.cuda.cudart().cudaHostUnregister(ptr)
 
 
-def pinned_empty(shape, dtype=np.uint8):
-    """An uninitialised CPU tensor of ``shape``, pinned for the GPU (plain memory without a GPU)."""
+def pinned_empty(shape, dtype=np.uint8, fill=None):
+    """An uninitialised CPU tensor of ``shape``, pinned for the GPU (plain memory without a GPU).
+
+    ``fill(array)`` writes the array before it is pinned. Its writers then fault the pages in, on as
+    many cores as it uses, instead of one thread zeroing them all up front (MAP_POPULATE) before the
+    data is written over them."""
     import torch
     shape = tuple(int(s) for s in shape)
     nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
     if nbytes == 0 or not torch.cuda.is_available():
-        return torch.from_numpy(np.empty(shape, dtype))
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
+        arr = np.empty(shape, dtype)
+        if fill is not None:
+            fill(arr)
+        return torch.from_numpy(arr)
+    populate = getattr(mmap, "MAP_POPULATE", 0) if fill is None else 0
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
     arr = np.frombuffer(region, dtype).reshape(shape)               # the array keeps the map alive
+    if fill is not None:
+        fill(arr)
     ptr = arr.ctypes.data
     err = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, _FLAGS)
     if int(getattr(err, "value", err)) != 0:
@@ -48,14 +59,13 @@ def pinned_empty(shape, dtype=np.uint8):
     return torch.from_numpy(arr)
 
 
-def file_pages(path, shape, gpu: bool):
+def file_pages(path, shape):
     """The first ``prod(shape)`` bytes of the file at ``path`` as a uint8 CPU tensor over its own pages:
     a copy-on-write map (a stray write changes this process's copy, never the file) populated in one
-    call, pinned in place for the GPU when ``gpu`` (registered read-only: the GPU only reads the pages,
-    so the driver pins the page-cache pages instead of asking to write them, which would copy each page
-    of a private map; undone when the last tensor over it is gone). None where that cannot be had (a
-    kernel without MADV_POPULATE_READ, a GPU or filesystem refusing the registration): the caller reads
-    the rows into fresh memory instead.
+    call (MADV_POPULATE_READ points every page at the page cache, no copy-on-write break). None where
+    that cannot be had (a kernel without MADV_POPULATE_READ): the caller reads into fresh memory.
+    Not pinned for the GPU (see the module's note): for data the host reads, e.g. the compressed tier
+    in RAM, whose sampled frames are staged per batch.
 
     Measured on the 2-core CI-like machine (2 GB file in the page cache): 19-21 GB/s to map and
     populate, against 0.4 GB/s to populate fresh anonymous memory and 5.8 GB/s to read into it."""
@@ -71,16 +81,7 @@ def file_pages(path, shape, gpu: bool):
     except (OSError, AttributeError, ValueError):
         region.close()
         return None
-    arr = np.frombuffer(region, np.uint8).reshape(shape)          # the array keeps the map alive
-    t = torch.from_numpy(arr)
-    if gpu and torch.cuda.is_available():
-        # robocache's own runtime: a refusal is cleared there, never left for torch's next launch check
-        from .._C import _host_register, _host_unregister
-        ptr = arr.ctypes.data
-        if _host_register(ptr, nbytes, True) != 0:
-            return None
-        weakref.finalize(arr, _host_unregister, ptr)
-    return t
+    return torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map alive
 
 
 def pin(t):

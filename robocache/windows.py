@@ -192,7 +192,8 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
         raise ValueError(f"windows[{key!r}]: resize must be (H, W) > 0, got {w.resize!r}")
 
     p = _Plan(key, names, modes, torch.as_tensor(offs, dtype=torch.float64, device=ds.device), float(w.tolerance),
-              image, layout=layout, resize=tuple(w.resize) if w.resize is not None else None, dtype=w.dtype,
+              image, layout=layout, resize=tuple(w.resize) if w.resize is not None else None,
+              dtype=_dtype(torch, key, w.dtype),
               zero_pad=w.pad == "zero")
     if cloud:
         if w.normalize is not None or w.max_dim is not None:
@@ -366,6 +367,23 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, host=None) 
         # a copy, not a broadcast view of the plan's mask: a caller writing into the batch's mask
         # would write into every later batch's
         out[p.key + "_dim_mask"] = p.dim_mask.expand(x.shape).clone()
+
+
+def _dtype(torch, key, dtype):
+    """A window's ``dtype`` as a torch dtype: one, a name of one ("bfloat16", "torch.float16") or a
+    NumPy dtype; else a TypeError now rather than a cryptic one at the first batch."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).removeprefix("torch.") if isinstance(dtype, str) else None
+    if name is None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    got = getattr(torch, name, None) if name else None
+    if not isinstance(got, torch.dtype):
+        raise TypeError(f"windows[{key!r}]: dtype must be a torch dtype (or its name, e.g. 'float32'), got {dtype!r}")
+    return got
 
 
 def _cast(p: _Plan, x):

@@ -44,7 +44,7 @@ scale)
 tiers)
     data=${ROBOCACHE_DATA:?set ROBOCACHE_DATA to the carried data folder}/cr5_flashdrive_av1
     python3 benchmarks/bench_tiers.py --data "$data" --json "$out/bench_tiers.json" 2>&1 | tee "$out/bench_tiers.txt"
-    python3 benchmarks/bench_ingest.py --data "$data" --json "$out/bench_ingest.json" 2>&1 | tee "$out/bench_ingest.txt"
+    python3 benchmarks/bench_ingest.py --data "$data/videos/chunk-000/observation.images.top" --json "$out/bench_ingest.json" 2>&1 | tee "$out/bench_ingest.txt"
     ;;
 *)
     echo "unknown part $part (tests, scale, tiers)"

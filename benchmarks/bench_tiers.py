@@ -173,9 +173,10 @@ def main(argv=None) -> int:
             if fixed_batch is None:
                 fixed_batch = next(iter(robocache.DataLoader(ds, B, seed=9, windows=windows(CAM))))
                 fixed_batch = {k: v.clone() for k, v in fixed_batch.items()}
-            loops[f"robocache {tier}"] = (
-                lambda ds=ds: iter(bl.endless(lambda: iter(robocache.DataLoader(ds, B, seed=1, windows=windows(CAM))))),
-                3)
+            # one loader, an iterator per epoch (as a training script): a loader per epoch would
+            # capture its batch graphs anew each time
+            loader = robocache.DataLoader(ds, B, seed=1, windows=windows(CAM))
+            loops[f"robocache {tier}"] = (lambda loader=loader: iter(bl.endless(lambda: iter(loader))), 3)
         if not args.skip_contender:
             import json as js
             info = js.loads((args.data / "meta" / "info.json").read_text())
@@ -211,11 +212,12 @@ def main(argv=None) -> int:
             Path("/proc/sys/vm/drop_caches").write_text("3\n")          # cold: frames come from the disk
         f = ds.streams["cam"].frames
         r = loader_rate(ds, "cam", B, args.batches)
-        rr = bl.train_loop(bl.endless(lambda: iter(robocache.DataLoader(ds, B, seed=2, windows=windows("cam")))),
+        loader = robocache.DataLoader(ds, B, seed=2, windows=windows("cam"))
+        rr = bl.train_loop(bl.endless(lambda loader=loader: iter(loader)),
                            args.steps * 5, 3, dev)
         report(f"big {tier} {f.nbytes / 1e9:.0f} GB YUV ({2 * f.nbytes / 1e9:.0f} GB as RGB)",
                {**r, "make_s": made, **{f"train_{k}": v for k, v in rr.items()}})
-        del ds, f
+        del ds, f, loader
         if path is not None:
             path.unlink(missing_ok=True)
     if args.json:

@@ -466,7 +466,14 @@ class DataLoader:
             if not batch_graph.supported():
                 raise RuntimeError(f"torch {_torch().__version__} lacks the storage use count or the raw graph "
                                    "handle (torch >= 2.9 has both)")
-            self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
+            try:
+                self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
+            except _torch().cuda.OutOfMemoryError:
+                # the memory pools of dead graphs (earlier loaders') go back to the device only when
+                # the allocator empties its cache, which it cannot do inside a capture (measured: 61
+                # GB of them on an H100 after one loader per epoch for a minute); once, not per batch
+                _torch().cuda.empty_cache()
+                self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
         except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
             self.cuda_graph = False
             warnings.warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); "

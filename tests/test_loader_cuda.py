@@ -3,6 +3,8 @@ the side-stream prefetch ordered against the consumer's stream."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -285,6 +287,50 @@ def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
     assert g._graph is None and not g.cuda_graph
     for x, y in zip(got, DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
+
+
+def test_graph_capture_oom_empties_the_cache_once_and_retries(pair, monkeypatch):
+    from robocache import batch_graph
+    real, calls, emptied = batch_graph.BatchGraph, [], []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
+        return real(*a, **k)
+
+    monkeypatch.setattr(batch_graph, "BatchGraph", flaky)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    _, gpu = pair
+    g = DataLoader(gpu, 6, seed=4, windows=graph_windows())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = list(g)
+    assert len(calls) == 2 and len(emptied) == 1 and g._graph is not None and g.cuda_graph
+    for x, y in zip(got, DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)):
+        same_batch(x, y)
+
+
+def test_a_loader_per_epoch_under_a_memory_cap(pair):
+    """A new loader each epoch captures new graphs; the dead ones' pools stay reserved until the
+    allocator empties its cache, which a capture cannot do. Under a cap that a few dozen dead pools
+    exceed, every loader still captures (no warning) and its batches are right."""
+    _, gpu = pair
+    want = [b for b in DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)]
+    torch.cuda.synchronize()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (torch.cuda.memory_reserved() + (64 << 20)) / total))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            for _ in range(40):
+                g = DataLoader(gpu, 6, seed=4, windows=graph_windows())
+                got = list(g)
+                assert g._graph is not None
+        for x, y in zip(got, want):
+            same_batch(x, y)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
 
 
 def test_graph_capture_without_host_sync(pair):

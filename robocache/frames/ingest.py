@@ -643,8 +643,10 @@ class _PrefixWriter:
     the buffer is block-aligned (the last partial block through the page cache). Runs on one thread;
     a failure (disk full) goes to ``failed`` and stops the writing, the ingest goes on."""
 
-    def __init__(self, writer, host: np.ndarray, offsets, fb: int, failed: list):
-        self.writer, self.flat, self.failed = writer, host.reshape(-1), failed
+    PIECE = 32 << 20   # a large span is written in pieces of this size, in parallel
+
+    def __init__(self, writer, host: np.ndarray, offsets, fb: int, failed: list, pool=None):
+        self.writer, self.flat, self.failed, self.pool = writer, host.reshape(-1), failed, pool
         self.ends = [int(o) * fb for o in offsets[1:]]
         self.done_files = [False] * len(self.ends)
         self.next_file, self.written = 0, 0
@@ -659,7 +661,7 @@ class _PrefixWriter:
                 aligned = upto // self.block * self.block
                 if aligned > self.written:
                     try:
-                        self.writer.write_direct(self.written, self.flat[self.written:aligned])
+                        self._spread(self.writer.write_direct, self.written, aligned)
                         self.written = aligned
                     except OSError as e:
                         if e.errno != errno.EINVAL:
@@ -667,10 +669,20 @@ class _PrefixWriter:
                         self.direct = False  # the filesystem refused O_DIRECT after all: page cache
                 if self.direct and upto < self.ends[-1]:
                     return  # the partial block waits for the next file
-            self.writer.write(self.written, self.flat[self.written:upto])
+            self._spread(self.writer.write, self.written, upto)
             self.written = upto
         except OSError as e:
             self.failed.append(e)
+
+    def _spread(self, write, start: int, end: int) -> None:
+        """write(offset, bytes) of [start, end) in PIECE-sized pieces on the pool (pwrite is positional
+        and releases the GIL). When the files end together, the whole buffer is left to write at the
+        end: one thread put 0.88 GB into the page cache at ~2.3 GB/s on the H100 host."""
+        spans = [(a, min(a + self.PIECE, end)) for a in range(start, end, self.PIECE)]
+        if self.pool is None or len(spans) < 2:
+            write(start, self.flat[start:end])
+            return
+        list(self.pool.map(lambda span: write(span[0], self.flat[span[0]:span[1]]), spans))
 
     def done(self, i: int) -> None:
         self.done_files[i] = True
@@ -757,7 +769,8 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
     writes = ThreadPoolExecutor(1, thread_name_prefix="robocache-cache-write") \
         if tier == "host" and writer is not None else None
     pending = []
-    prefix = _PrefixWriter(writer, host, offsets, fb, write_failed) if writes is not None else None
+    pieces = ThreadPoolExecutor(4, thread_name_prefix="robocache-cache-piece") if writes is not None else None
+    prefix = _PrefixWriter(writer, host, offsets, fb, write_failed, pieces) if writes is not None else None
 
     def save(first_row: int, rows: np.ndarray) -> None:
         """rows (decoded frames first_row...) to the cache / disk-tier file."""
@@ -822,12 +835,14 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
         results = [f.result() for f in futures]
         if writes is not None:
             writes.shutdown(wait=True)
+            pieces.shutdown(wait=True)
             for f in pending:
                 f.result()
     except BaseException:
         if writes is not None:
             write_failed.append(None)  # queued writes return at once
             writes.shutdown(wait=True, cancel_futures=True)
+            pieces.shutdown(wait=True, cancel_futures=True)
         if writer is not None:
             writer.abort()
         raise

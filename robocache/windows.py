@@ -61,8 +61,9 @@ class Window:
     resize : (int, int), optional
         Image streams only: ``(H, W)`` after bilinear resizing (``torch.nn.functional.interpolate``,
         antialias off); uint8 output is rounded back to uint8.
-    dtype : torch.dtype, optional
-        Cast the values to this dtype last (default: the stored dtype; float32 when normalized).
+    dtype : torch.dtype or str, optional
+        Cast the values to this dtype last (default: the stored dtype; float32 when normalized). A
+        name (``"bfloat16"``) or a NumPy dtype is taken too.
     pad : {"edge", "zero"}
         What padded steps (``{key}_is_pad`` True) hold: ``"edge"`` (default) the episode's
         first/last value (resample's rule; GR00T's rule for absolute keys, LeRobot's clamped

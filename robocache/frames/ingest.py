@@ -640,8 +640,9 @@ def _open_writer(entry, name, nbytes, tier, required, direct=False):
 class _PrefixWriter:
     """Writes the host buffer to the cache file as a growing prefix: once files 0..k are decoded, the
     bytes up to the end of file k go out; through O_DIRECT in whole blocks when the writer has it and
-    the buffer is block-aligned (the last partial block through the page cache). Runs on one thread;
-    a failure (disk full) goes to ``failed`` and stops the writing, the ingest goes on."""
+    the buffer is block-aligned (the last partial block through the page cache). Runs on one thread,
+    a long span's pieces on ``pool``; a failure (disk full) goes to ``failed`` and stops the writing,
+    the ingest goes on."""
 
     PIECE = 32 << 20   # a large span is written in pieces of this size, in parallel
 

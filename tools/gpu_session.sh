@@ -4,6 +4,7 @@
 #   bash tools/gpu_session.sh tests     # build, then the `cuda`-marked suite        (~5 min on an H100)
 #   bash tools/gpu_session.sh scale     # build, then benchmarks/bench_scale.py       (~8 min)
 #   bash tools/gpu_session.sh tiers     # build, then bench_tiers.py + bench_ingest.py on the real AV1 set
+#                                       # (SKIP_INGEST=1: bench_tiers only, when both do not fit 10 minutes)
 #
 # Logs and JSON go to $OUT (the device tool's folder that comes back; default /tmp/robocache-gpu).
 # Wheels the machine lacks (PyAV, nvidia-ml-py) are installed from $WHEELS (a carried folder of

@@ -108,11 +108,10 @@ rc_status load(const char *library) {
 
 /* The backends to try for `choice` (-1: auto; else one NVJPEG_BACKEND_*, alone): auto takes the
  * A100/H100 JPEG engines, then GPU Huffman decoding, then the default. Measured on an H100
- * (docs/perf-notes.md): with the GPU idle the engines are the fastest at 480x640 (20-25k frames/s
- * against 9.8k), but with the SMs busy on another stream their decode of 64 180x320 frames took
- * 62 ms against 2.6 ms idle, where GPU Huffman took 4.0 against 2.8: gpu_hybrid is likely the
- * better default under training; it is not auto's first until its tolerance and step cost are
- * verified on the GPU (robocache.frames.jpeg passes ROBOCACHE_NVJPEG_BACKEND as `choice`). */
+ * (docs/perf-notes.md): GPU Huffman makes the loader alone 48% faster (4.6k against 3.1k samples/s
+ * of 3 cameras at batch 64), but its kernels share the SMs with the model: in a GR00T-sized step
+ * it cost 3.0% against the engines' 0.8%, so the engines stay first (robocache.frames.jpeg passes
+ * ROBOCACHE_NVJPEG_BACKEND as `choice` for loader-bound runs). */
 int backends(int choice, int *out) {
     if (choice >= 0) {
         out[0] = choice;

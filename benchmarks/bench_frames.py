@@ -1,11 +1,12 @@
 """Benchmark robocache._C.gather_frames, the loader's image path: 64 random 480x640 frames
 gathered from device storage and from pinned host storage (read by the kernel over the bus),
-stored as RGB or as YUV 4:2:0, into uint8 HWC or float32 CHW (/255), with and without a
-224x224 resize. Each config is checked against plain PyTorch first, then timed with CUDA
+stored as RGB or as YUV 4:2:0, into uint8 HWC, float32 CHW (/255, planar) or float32 HWC (/255,
+channels-last: the loader's BTCHW image window) or float16 HWC, with and without a 224x224 resize. Each config is checked against plain PyTorch first, then timed with CUDA
 events (median of many; the 64 ids change every call and the storage is larger than L2)
 against that PyTorch code and the floor: bytes moved / measured copy bandwidth.
 
     python benchmarks/bench_frames.py [--frames N] [--iters K] [--cpu] [--sweep] [--json PATH]
+                                      [--where device,pinned] [--outs u8_hwc,f32_chw,f32_hwc,f16_hwc]
 
 --sweep reruns the robocache rows with other shared-memory stage sizes
 (ROBOCACHE_FRAMES_STAGE_BYTES, read once per process, hence the subprocesses).
@@ -50,11 +51,17 @@ def torch_batch(frames_u8_hwc, out_kind, resize):
     if resize is None:
         if out_kind == "u8_hwc":
             return frames_u8_hwc
+        if out_kind in ("f32_hwc", "f16_hwc"):
+            x = frames_u8_hwc.float().div_(255.0)
+            return (x.half() if out_kind == "f16_hwc" else x).permute(0, 3, 1, 2)
         return frames_u8_hwc.permute(0, 3, 1, 2).float().div_(255.0)
     x = F.interpolate(frames_u8_hwc.permute(0, 3, 1, 2).float(), size=(resize, resize), mode="bilinear",
                       align_corners=False, antialias=False)
     if out_kind == "u8_hwc":
         return x.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    if out_kind in ("f32_hwc", "f16_hwc"):
+        x = x.div_(255.0).contiguous(memory_format=torch.channels_last)
+        return x.half() if out_kind == "f16_hwc" else x
     return x.div_(255.0)
 
 
@@ -121,16 +128,21 @@ def run(args):
     d2d, h2d = copy_bandwidths()
     rows = []
     for fmt in ("rgb", "yuv420"):
-        for where in ("device", "pinned"):
+        for where in args.where.split(","):
             storage = stores[(fmt, where)]
             frame_bytes = H * W * C if fmt == "rgb" else YUV_BYTES
-            for out_kind in ("u8_hwc", "f32_chw"):
+            for out_kind in args.outs.split(","):
                 for resize in (None, R):
                     oh = ow = resize or None
                     oh, ow = (oh, ow) if resize else (H, W)
                     if out_kind == "u8_hwc":
                         out = torch.empty(B, oh, ow, C, dtype=torch.uint8, device=dev)
                         view, kw = out, {}
+                    elif out_kind in ("f32_hwc", "f16_hwc"):  # [B, 3, H, W] channels-last, as the loader's
+                        dt = torch.float16 if out_kind == "f16_hwc" else torch.float32
+                        out = torch.empty(B, oh, ow, C, dtype=dt, device=dev)
+                        view, kw = out, {"scale": 255.0}
+                        out = out.permute(0, 3, 1, 2)
                     else:
                         out = torch.empty(B, C, oh, ow, dtype=torch.float32, device=dev)
                         view, kw = out.permute(0, 2, 3, 1), {"scale": 255.0}
@@ -160,6 +172,8 @@ def run(args):
                     # uint8: exact without resize, torch's rounding of ties with it; float: torch on CUDA
                     # divides by 255 as a multiply by 1/255 (an ulp from robocache's true division)
                     tol = (0.0 if resize is None else 1.0) if out_kind == "u8_hwc" else 1e-6
+                    if out_kind == "f16_hwc":
+                        tol = 1e-3  # a float16 ulp near 1: torch rounds its x * (1/255) product, robocache x / 255
                     if not diff <= tol:
                         print(f"CHECK FAILED: {fmt} {where} {out_kind} resize={resize}: max diff {diff}", file=sys.stderr)
                     t_ours = median_ms(ours, args.iters)
@@ -217,6 +231,9 @@ def main(argv=None):
     ap.add_argument("--cpu", action="store_true", help="also time the CPU path (pinned storage as host memory)")
     ap.add_argument("--sweep", action="store_true", help="robocache rows at other stage sizes")
     ap.add_argument("--ours-only", action="store_true", help="skip the PyTorch timings (the sweep's runs)")
+    ap.add_argument("--where", default="device,pinned", help="storages to time (default device,pinned)")
+    ap.add_argument("--outs", default="u8_hwc,f32_chw",
+                    help="outputs to time, of u8_hwc, f32_chw, f32_hwc, f16_hwc (default u8_hwc,f32_chw)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available() or not _C.WITH_CUDA:
@@ -230,7 +247,8 @@ def main(argv=None):
         for stage in (4096, 8192, 32768, 49152):
             env = dict(os.environ, ROBOCACHE_FRAMES_STAGE_BYTES=str(stage))
             out = subprocess.run([sys.executable, __file__, "--frames", str(args.frames), "--iters", str(args.iters),
-                                  "--ours-only", "--json", "/dev/stdout"], env=env, capture_output=True, text=True)
+                                  "--where", args.where, "--outs", args.outs, "--ours-only", "--json", "/dev/stdout"],
+                                 env=env, capture_output=True, text=True)
             try:
                 sub = json.loads(out.stdout[out.stdout.index("{"):])
             except ValueError:

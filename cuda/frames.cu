@@ -3,7 +3,8 @@
  * (uint8 Y [H, W], U [ch, cw], V [ch, cw]); out [M, H', W', C] with any strides (planar or
  * interleaved). One block per (frame, band of output rows): the band's source rows are staged in
  * shared memory with 16-byte loads, then every output element is written once: by whole pixels
- * per thread for 3-channel out with aligned lines (pixels_kernel), else 16 bytes of a line per
+ * per thread for 3-channel out with aligned lines (pixels_kernel; interleaved runs pass through a
+ * per-warp transpose in shared memory so that stores are contiguous), else 16 bytes of a line per
  * thread element by element (elements_kernel). Caller's stream, no host sync.
  * Benchmark: python benchmarks/bench_frames.py
  */
@@ -50,6 +51,7 @@ struct Plan {
     int line_len;      /* elements per line: W' (planar) or W' * C */
     int units;         /* 16-byte groups of a line (one more for a misaligned start) */
     int align;         /* pixels_kernel: bytes (1..16) every output line start is aligned to */
+    int scratch;       /* pixels_kernel: byte offset of the warps' store transpose, or -1 */
     float sy, sx;      /* resize scales, (float)in / out */
 };
 
@@ -313,6 +315,7 @@ __device__ __forceinline__ void load_run(T (&b)[N], const T *p) {
     if constexpr (B % 16 == 0) if ((al & 15) == 0) return load_as<uint4>(b, p);
     if constexpr (B % 8 == 0) if ((al & 7) == 0) return load_as<uint2>(b, p);
     if constexpr (B % 4 == 0 && sizeof(T) < 4) if ((al & 3) == 0) return load_as<uint32_t>(b, p);
+    if constexpr (B % 2 == 0 && sizeof(T) == 1) if ((al & 1) == 0) return load_as<uint16_t>(b, p);
 #pragma unroll
     for (int i = 0; i < N; i++) b[i] = p[i];
 }
@@ -388,104 +391,130 @@ __global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_frames_args a
     const int groups = (Wo + G - 1) / G;
     const int total = (ye - yb) * groups; /* the host keeps it below 2^31 */
     const int32_t *k = a.yuv;
-    for (int j = threadIdx.x; j < total; j += kThreads) {
-        const int dy = j / groups, x0 = (j - dy * groups) * G;
-        const int yo = yb + dy;
-        const bool tail = x0 + G > Wo; /* the row's last group: pixels past Wo - 1 repeat it */
-        O v[3][G];
-        if (!valid) {
+    const int lane = threadIdx.x & 31;
+    /* Interleaved out without resize: a group's run is 3 x 16 bytes, and stored from registers,
+     * lane after lane 48 bytes apart, each 16-byte store fills half of a sector. The warp's runs
+     * go through shared memory instead (p.scratch, 96 x 16 bytes per warp, both sides free of bank
+     * conflicts), so that each of its three stores covers 512 contiguous bytes of out. */
+    const bool transpose = !RESIZE && p.scratch >= 0;
+    uint4 *const wt = (uint4 *)((char *)smem + (transpose ? p.scratch : 0)) + (threadIdx.x >> 5) * 96;
+    for (int j0 = threadIdx.x - lane; j0 < total; j0 += kThreads) { /* warp-uniform trips */
+        const int j = j0 + lane;
+        O *mine = NULL; /* where this lane's run goes through the transpose */
+        if (j < total) {
+            const int dy = j / groups, x0 = (j - dy * groups) * G;
+            const int yo = yb + dy;
+            const bool tail = x0 + G > Wo; /* the row's last group: pixels past Wo - 1 repeat it */
+            O v[3][G];
+            if (!valid) {
 #pragma unroll
-            for (int i = 0; i < G; i++) v[0][i] = v[1][i] = v[2][i] = (O)0;
-        } else if (!RESIZE) {
-            const SrcRow<S, YUV> r = band.row(yo, rowlen, cw);
-            if constexpr (YUV) {
-                uint8_t yy[G], uu[G / 2], vv[G / 2];
-                if (!tail) { /* x0 is even: the group's chroma pairs are its own */
-                    load_run(yy, r.p + x0);
-                    load_run(uu, r.u + (x0 >> 1));
-                    load_run(vv, r.v + (x0 >> 1));
-                } else {
+                for (int i = 0; i < G; i++) v[0][i] = v[1][i] = v[2][i] = (O)0;
+            } else if (!RESIZE) {
+                const SrcRow<S, YUV> r = band.row(yo, rowlen, cw);
+                if constexpr (YUV) {
+                    uint8_t yy[G], uu[G / 2], vv[G / 2];
+                    if (!tail) { /* x0 is even: the group's chroma pairs are its own */
+                        load_run(yy, r.p + x0);
+                        load_run(uu, r.u + (x0 >> 1));
+                        load_run(vv, r.v + (x0 >> 1));
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < G; i++) {
+                            const int x = min(x0 + i, Wo - 1);
+                            yy[i] = r.p[x];
+                            if (!(i & 1)) uu[i >> 1] = r.u[x >> 1], vv[i >> 1] = r.v[x >> 1];
+                        }
+                    }
 #pragma unroll
                     for (int i = 0; i < G; i++) {
-                        const int x = min(x0 + i, Wo - 1);
-                        yy[i] = r.p[x];
-                        if (!(i & 1)) uu[i >> 1] = r.u[x >> 1], vv[i >> 1] = r.v[x >> 1];
+                        const int32_t luma = rc_yuv_luma(yy[i], k);
+                        const int32_t cu = 8 * (uu[i >> 1] - 128), cv = 8 * (vv[i >> 1] - 128);
+                        const int32_t q[3] = {rc_yuv_r(luma, cv, k), rc_yuv_g(luma, cu, cv, k),
+                                              rc_yuv_b(luma, cu, k)};
+#pragma unroll
+                        for (int c = 0; c < 3; c++) v[c][i] = kTable ? table[q[c]] : (O)q[c];
                     }
+                } else {
+                    S s[3 * G];
+                    if (!tail) {
+                        load_run(s, r.p + 3 * x0);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < G; i++)
+#pragma unroll
+                            for (int c = 0; c < 3; c++) s[3 * i + c] = r.p[3 * min(x0 + i, Wo - 1) + c];
+                    }
+#pragma unroll
+                    for (int i = 0; i < G; i++)
+#pragma unroll
+                        for (int c = 0; c < 3; c++) {
+                            if constexpr (kTable) v[c][i] = table[s[3 * i + c]];
+                            else if constexpr (kBytes) v[c][i] = (O)s[3 * i + c]; /* uint8 planar */
+                            else v[c][i] = Out::from((float)s[3 * i + c], a.scale);
+                        }
                 }
+            } else {
+                const rc_axis_lerp wy = rc_axis_weights(yo, p.sy, H);
+                const SrcRow<S, YUV> r0 = band.row(wy.i0, rowlen, cw), r1 = band.row(wy.i1, rowlen, cw);
 #pragma unroll
                 for (int i = 0; i < G; i++) {
-                    const int32_t luma = rc_yuv_luma(yy[i], k);
-                    const int32_t cu = 8 * (uu[i >> 1] - 128), cv = 8 * (vv[i >> 1] - 128);
-                    const int32_t q[3] = {rc_yuv_r(luma, cv, k), rc_yuv_g(luma, cu, cv, k),
-                                          rc_yuv_b(luma, cu, k)};
+                    const rc_axis_lerp wx = rc_axis_weights(min(x0 + i, Wo - 1), p.sx, W);
+                    float p00[3], p01[3], p10[3], p11[3];
+                    source_pixel(p00, r0, wx.i0, k);
+                    source_pixel(p01, r0, wx.i1, k);
+                    source_pixel(p10, r1, wx.i0, k);
+                    source_pixel(p11, r1, wx.i1, k);
 #pragma unroll
-                    for (int c = 0; c < 3; c++) v[c][i] = kTable ? table[q[c]] : (O)q[c];
+                    for (int c = 0; c < 3; c++)
+                        v[c][i] = Out::from(rc_bilinear(p00[c], p01[c], p10[c], p11[c], &wy, &wx), a.scale);
                 }
-            } else {
-                S s[3 * G];
+            }
+            O *base = (O *)a.out + m * a.out_stride_m + (int64_t)yo * a.out_stride_y;
+            const int n = tail ? Wo - x0 : G;
+            if (p.layout == kInterleaved) {
+                O *dst = base + 3 * x0;
                 if (!tail) {
-                    load_run(s, r.p + 3 * x0);
-                } else {
+                    O run[3 * G];
 #pragma unroll
                     for (int i = 0; i < G; i++)
 #pragma unroll
-                        for (int c = 0; c < 3; c++) s[3 * i + c] = r.p[3 * min(x0 + i, Wo - 1) + c];
-                }
-#pragma unroll
-                for (int i = 0; i < G; i++)
-#pragma unroll
-                    for (int c = 0; c < 3; c++) {
-                        if constexpr (kTable) v[c][i] = table[s[3 * i + c]];
-                        else if constexpr (kBytes) v[c][i] = (O)s[3 * i + c]; /* uint8 planar */
-                        else v[c][i] = Out::from((float)s[3 * i + c], a.scale);
+                        for (int c = 0; c < 3; c++) run[3 * i + c] = v[c][i];
+                    if (transpose) {
+                        store_run((O *)(wt + 3 * lane), run, 16);
+                        mine = dst;
+                    } else {
+                        store_run(dst, run, p.align);
                     }
-            }
-        } else {
-            const rc_axis_lerp wy = rc_axis_weights(yo, p.sy, H);
-            const SrcRow<S, YUV> r0 = band.row(wy.i0, rowlen, cw), r1 = band.row(wy.i1, rowlen, cw);
+                } else {
 #pragma unroll
-            for (int i = 0; i < G; i++) {
-                const rc_axis_lerp wx = rc_axis_weights(min(x0 + i, Wo - 1), p.sx, W);
-                float p00[3], p01[3], p10[3], p11[3];
-                source_pixel(p00, r0, wx.i0, k);
-                source_pixel(p01, r0, wx.i1, k);
-                source_pixel(p10, r1, wx.i0, k);
-                source_pixel(p11, r1, wx.i1, k);
+                    for (int i = 0; i < G; i++)
+                        if (i < n)
 #pragma unroll
-                for (int c = 0; c < 3; c++)
-                    v[c][i] = Out::from(rc_bilinear(p00[c], p01[c], p10[c], p11[c], &wy, &wx), a.scale);
+                            for (int c = 0; c < 3; c++) dst[3 * i + c] = v[c][i];
+                }
+            } else {
+#pragma unroll
+                for (int c = 0; c < 3; c++) {
+                    O *dst = base + c * a.out_stride_c + x0;
+                    if (!tail) {
+                        store_run(dst, v[c], p.align);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < G; i++)
+                            if (i < n) dst[i] = v[c][i];
+                    }
+                }
             }
         }
-        O *base = (O *)a.out + m * a.out_stride_m + (int64_t)yo * a.out_stride_y;
-        const int n = tail ? Wo - x0 : G;
-        if (p.layout == kInterleaved) {
-            O *dst = base + 3 * x0;
-            if (!tail) {
-                O run[3 * G];
+        if (transpose) { /* warp-uniform */
+            __syncwarp();
 #pragma unroll
-                for (int i = 0; i < G; i++)
-#pragma unroll
-                    for (int c = 0; c < 3; c++) run[3 * i + c] = v[c][i];
-                store_run(dst, run, p.align);
-            } else {
-#pragma unroll
-                for (int i = 0; i < G; i++)
-                    if (i < n)
-#pragma unroll
-                        for (int c = 0; c < 3; c++) dst[3 * i + c] = v[c][i];
+            for (int u = 0; u < 3; u++) {
+                const int q = u * 32 + lane, s = q / 3; /* unit q of the warp: part q - 3s of lane s's run */
+                uint4 *d = (uint4 *)__shfl_sync(0xffffffffu, (uintptr_t)mine, s);
+                if (d) d[q - 3 * s] = wt[q]; /* none for lanes past the band or a row's tail group */
             }
-        } else {
-#pragma unroll
-            for (int c = 0; c < 3; c++) {
-                O *dst = base + c * a.out_stride_c + x0;
-                if (!tail) {
-                    store_run(dst, v[c], p.align);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < G; i++)
-                        if (i < n) dst[i] = v[c][i];
-                }
-            }
+            __syncwarp(); /* wt is written again by the next trip */
         }
     }
 }
@@ -563,11 +592,19 @@ rc_status run(const rc_frames_args &a, cudaStream_t stream) {
         al /= 2;
     p.align = (int)al;
 
-    /* rows per band: as many as fill the stage budget with their source rows */
+    /* the warps' store transpose (pixels_kernel): interleaved out of 2- or 4-byte elements, no
+     * resize, 16-byte lines. Not for uint8 out: its 16-pixel groups need 66 registers, 3 blocks
+     * per SM, too few warps to hide the extra round trip (H100: 54 -> 60 us, docs/perf-notes.md) */
+    const int64_t scratch =
+        pixels && !resize && oes >= 2 && p.layout == kInterleaved && al >= 16 ? kThreads * 48 : 0;
+    /* rows per band: as many as fill the stage budget with their source rows. Next to the 12 KiB
+     * scratch the stage gives up 2 KiB, so that 8 blocks of 256 threads still fit an SM's 228 KiB
+     * (with their 1 KiB table and the 1 KiB the SM reserves per block). */
     const int64_t row_bytes = yuv ? a.width : a.width * C * es; /* luma / rgb row */
     const int64_t band_bytes = yuv ? a.width + cw : row_bytes;   /* per source row, all planes */
     const int64_t budget = stage_override() ? stage_override()
-                                            : resize && !yuv ? kResizeRgbStageBytes : kStageBytes;
+                                            : resize && !yuv ? kResizeRgbStageBytes
+                                            : scratch ? kStageBytes - 2048 : kStageBytes;
     int64_t rows;
     if (!resize) {
         rows = budget / band_bytes;
@@ -594,19 +631,20 @@ rc_status run(const rc_frames_args &a, cudaStream_t stream) {
         luma = round16(span * row_bytes + 32);
         chroma = yuv ? round16(cspan * cw + 32) : 0;
         smem = luma + 2 * chroma;
-        if (smem <= kMaxStageBytes - kTableBytes || rows == 1) break;
+        if (smem + scratch <= kMaxStageBytes - kTableBytes || rows == 1) break;
         rows--;
     }
     p.rows = (int)rows;
-    p.stage = smem <= kMaxStageBytes - kTableBytes;
+    p.stage = smem + scratch <= kMaxStageBytes - kTableBytes;
     p.luma_region = (int)(p.stage ? luma : 0);
     p.chroma_region = (int)(p.stage ? chroma : 0);
+    p.scratch = scratch ? (int)(p.stage ? smem : 0) : -1;
     p.bpf = (int)((Ho + rows - 1) / rows);
     const int64_t blocks = a.count * p.bpf;
     if (blocks > INT32_MAX)
         return rc_fail(RC_ERR_VALUE, "gather_frames: %lld frames of %lld rows are too many for "
                        "one launch", (long long)a.count, (long long)Ho);
-    const int smem_bytes = p.stage ? (int)smem : 0;
+    const int smem_bytes = (int)((p.stage ? smem : 0) + scratch);
     if (yuv) return launch_out<uint8_t, true>(a, p, resize, pixels, blocks, smem_bytes, stream);
     if (a.storage_dtype == RC_F32)
         return launch_out<float, false>(a, p, resize, pixels, blocks, smem_bytes, stream);

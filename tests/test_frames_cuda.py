@@ -62,7 +62,8 @@ def test_camera_frames(fmt, sdtype, where, rng):
     ids = make_ids(rng, 12, 9)
     for size, odtype, layout in [((h, w), "uint8", "interleaved"), ((h, w), "float32", "planar"),
                                  ((224, 224), "uint8", "interleaved"), ((224, 224), "float32", "planar"),
-                                 ((224, 224), "bfloat16", "planar"), ((720, 960), "float16", "interleaved")]:
+                                 ((224, 224), "bfloat16", "planar"), ((720, 960), "float16", "interleaved"),
+                                 ((h, w), "float32", "interleaved"), ((h, w), "bfloat16", "interleaved")]:
         out = make_out(9, *size, c, odtype, layout, device="cuda")
         both(storage, ids, out, fmt, h, w, c, where, scale=None if odtype == "uint8" else 255.0)
 
@@ -88,12 +89,37 @@ def test_unaligned_rows_frames_and_out(rng):
                      scale=None if odtype == "uint8" else 255.0)
 
 
+@pytest.mark.parametrize("fmt,sdtype", [("rgb", "uint8"), ("rgb", "float32"), ("yuv420", "uint8")])
+@pytest.mark.parametrize("odtype", ["float32", "float16", "uint8"])
+def test_interleaved_runs_through_the_warp_transpose(fmt, sdtype, odtype, rng):
+    """Interleaved out without resize goes through a per-warp shared-memory transpose: warps
+    whose 32 runs span row ends and tail groups (widths that are not a multiple of the run),
+    rows padded past the width, padded steps (id -1)."""
+    for h, w in ((9, 52), (6, 61), (5, 130)):
+        storage = make_storage(rng, fmt, sdtype, 5, h, w, 3)
+        ids = torch.tensor([3, -1, 0, 4, 3, 1, 2])
+        both(storage, ids, make_out(7, h, w, 3, odtype, "interleaved", device="cuda"), fmt, h, w, 3,
+             scale=None if odtype == "uint8" else 255.0)
+        # rows padded to a 16-byte multiple of the width: still the transposed path
+        el = torch.empty(0, dtype=getattr(torch, odtype)).element_size()
+        pad = next(p for p in range(1, 64) if ((w + p) * 3 * el) % 16 == 0)
+        out = torch.empty(7, h, w + pad, 3, dtype=getattr(torch, odtype), device="cuda")
+        out.view(torch.uint8).fill_(0xFF)
+        out = out[:, :, :w]
+        both(storage, ids, out, fmt, h, w, 3, scale=None if odtype == "uint8" else 255.0)
+        assert (out.base[:, :, w:].view(torch.uint8) == 0xFF).all(), "the padding past the width was written"
+
+
 def test_rows_too_long_to_stage(rng):
     """A frame row beyond the shared-memory stage is read in place."""
     storage = make_storage(rng, "rgb", "float32", 3, 4, 4000, 4)  # 64 KB rows
     ids = torch.tensor([2, -1, 0])
     both(storage, ids, make_out(3, 4, 4000, 4, "float32", "planar", device="cuda"), "rgb", 4, 4000, 4)
     both(storage, ids, make_out(3, 3, 1001, 4, "float16", "interleaved", device="cuda"), "rgb", 4, 4000, 4,
+         scale=255.0)
+    # 3 channels, no resize: the warps' transpose scratch alone in shared memory
+    storage = make_storage(rng, "rgb", "float32", 3, 4, 4000, 3)
+    both(storage, ids, make_out(3, 4, 4000, 3, "float16", "interleaved", device="cuda"), "rgb", 4, 4000, 3,
          scale=255.0)
 
 

@@ -147,6 +147,8 @@ static PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS, rc_decode_jpeg_doc_text},
     {"jpeg_backend", (PyCFunction)(void (*)(void))rc_py_jpeg_backend, METH_FASTCALL,
      rc_jpeg_backend_doc_text},
+    {"copy_planes", (PyCFunction)(void (*)(void))rc_py_copy_planes, METH_FASTCALL,
+     rc_copy_planes_doc_text},
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
@@ -186,6 +188,7 @@ static int exec_module(PyObject *m) {
     for (int i = 0; i < 5; i++)
         if (intern(&st->vox_mode_names[i], vox_modes[i])) return -1;
     if (intern(&st->kw_streams, "streams") || intern(&st->kw_modes, "modes")) return -1;
+    if (intern(&st->str_line_size, "line_size")) return -1;
     if (rc_frames_init_state(st) != 0 || rc_jpeg_init_state(st) != 0) return -1;
 #ifdef RC_WITH_CUDA
     if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
@@ -238,6 +241,7 @@ static int clear(PyObject *m) {
     for (int i = 0; i < 5; i++) Py_CLEAR(st->vox_mode_names[i]);
     Py_CLEAR(st->kw_streams);
     Py_CLEAR(st->kw_modes);
+    Py_CLEAR(st->str_line_size);
     rc_frames_clear_state(st);
     rc_jpeg_clear_state(st);
     return 0;

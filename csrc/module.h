@@ -44,6 +44,8 @@ typedef struct {
     /* decode_jpeg (py_jpeg.c): its keyword names and backend names, interned by rc_jpeg_init_state */
     PyObject *jpeg_kw[9];
     PyObject *jpeg_backend_names[5];
+    /* copy_planes (py_planes.c): the planes' attribute */
+    PyObject *str_line_size;
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */
@@ -96,6 +98,8 @@ PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t 
 extern const char rc_decode_jpeg_doc_text[];
 PyObject *rc_py_jpeg_backend(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 extern const char rc_jpeg_backend_doc_text[];
+PyObject *rc_py_copy_planes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char rc_copy_planes_doc_text[];
 int rc_jpeg_init_state(rc_state *st);
 void rc_jpeg_clear_state(rc_state *st);
 

@@ -250,19 +250,21 @@ def test_staging_ring_wraps(clips, monkeypatch, tier):
     assert torch.equal(ingest_videos(clips["av1"], tier="host").data, host.data)  # the cache file too
 
 
-@pytest.mark.parametrize("piece", [32 << 20, 8192], ids=["one-piece", "in-pieces"])
+@pytest.mark.parametrize("chunk", [3, 0], ids=["chunks-of-3", "whole-files"])
 @pytest.mark.parametrize("direct", ["o_direct", "refused", "page_cache"])
-def test_host_cache_written_as_a_prefix(clips, monkeypatch, direct, piece):
-    """The host tier writes its cache file from the final buffer in file order, whole blocks through
-    O_DIRECT (the buffer is page-aligned), the last partial block through the page cache; a
-    filesystem refusing O_DIRECT (EINVAL) falls back to the page cache. A long span goes out in
-    pieces written in parallel (8 KiB here, to split these small clips)."""
+def test_host_cache_written_as_it_is_decoded(clips, monkeypatch, direct, chunk):
+    """The host tier writes its cache file from the final buffer a chunk of rows at a time as each
+    file decodes, in whatever order the chunks complete: whole blocks through O_DIRECT (the buffer
+    is page-aligned), the partial blocks at a chunk's ends through the page cache; a filesystem
+    refusing O_DIRECT (EINVAL) falls back to the page cache."""
     monkeypatch.setattr(rc_ingest, "POPULATE_MIN_BYTES", 0)  # small clips get a page-aligned map too
-    monkeypatch.setattr(rc_ingest._PrefixWriter, "PIECE", piece)
+    fb = 64 * 96 * 3 // 2  # 9216 bytes: chunks of 3 rows start off block boundaries
+    if chunk:
+        monkeypatch.setattr(rc_ingest, "STAGE_BYTES", 2 * chunk * fb)
     # (by default O_DIRECT only for entries large against the RAM)
     monkeypatch.setenv("ROBOCACHE_CACHE_DIRECT", "0" if direct == "page_cache" else "1")
-    used = []
-    real_direct = rc_cache.EntryWriter.write_direct
+    used, buffered = [], []
+    real_direct, real_write = rc_cache.EntryWriter.write_direct, rc_cache.EntryWriter.write
 
     def spy(self, offset, data):
         used.append((offset, len(memoryview(data).cast("B"))))
@@ -270,13 +272,27 @@ def test_host_cache_written_as_a_prefix(clips, monkeypatch, direct, piece):
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_direct(self, offset, data)
 
+    def spy_write(self, offset, data):
+        buffered.append((offset, len(memoryview(data).cast("B"))))
+        return real_write(self, offset, data)
+
     monkeypatch.setattr(rc_cache.EntryWriter, "write_direct", spy)
+    monkeypatch.setattr(rc_cache.EntryWriter, "write", spy_write)
     res = ingest_videos(clips["av1"], tier="host", workers=2)
     assert (not used) if direct == "page_cache" else (used and all(o % 4096 == 0 and n % 4096 == 0 for o, n in used))
+    # every chunk: its aligned interior direct (o_direct), everything else through the page cache
+    spans = []
+    for start, n in zip(res.offsets[:-1], res.counts):
+        step = chunk or int(n)
+        spans += [(int(start + r) * fb, int(start + min(r + step, n)) * fb) for r in range(0, int(n), step)]
+    interior = sorted((-(-s // 4096) * 4096, e // 4096 * 4096) for s, e in spans if e // 4096 > -(-s // 4096))
     if direct == "o_direct":
-        assert sum(n for _, n in used) == res.data.numel() // 4096 * 4096
-        assert max(n for _, n in used) <= piece and (piece > res.data.numel() or len(used) > 2)
+        assert sorted((o, o + n) for o, n in used) == interior
+    wrote = sorted([(o, o + n) for o, n in buffered] + ([(o, o + n) for o, n in used] if direct == "o_direct" else []))
+    assert wrote[0][0] == 0 and all(a[1] == b[0] for a, b in zip(wrote, wrote[1:])) and wrote[-1][1] == res.data.numel()
+    assert len(wrote) >= len(spans)
     monkeypatch.setattr(rc_cache.EntryWriter, "write_direct", real_direct)
+    monkeypatch.setattr(rc_cache.EntryWriter, "write", real_write)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         hit = ingest_videos(clips["av1"], tier="disk")

@@ -118,7 +118,7 @@ def _code_all(paths, spec, counts, qscale, entry, options, cspec, workers, show_
         ring = getattr(local, "ring", None)
         if ring is None:
             ring = local.ring = np.empty((_RING, fb), np.uint8)
-        rows = _Rows(int(counts[i]), ring, flush=lambda first, r: chunks.extend(encode_rows(r, H, W, qscale)))
+        rows = _Rows(int(counts[i]), ring, flush=lambda first, sl: chunks.extend(encode_rows(ring[sl], H, W, qscale)))
         tick = _Ticker(bar)
         try:
             # one decoder thread per file: the pool already runs one file per core

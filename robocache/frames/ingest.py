@@ -5,13 +5,17 @@ decoding) into a ``FrameSpec`` and per-file frame counts: the memory plan is mad
 ``ingest_videos`` decodes every file straight into its rows of the tier's buffer:
 
     tier "device"  torch uint8 CUDA tensor; each worker decodes into its own pinned staging ring
-                   (STAGE_BYTES), each full ring goes to the device by an async copy on the worker's
-                   stream (and to the cache file meanwhile)
-    tier "host"    torch uint8 CPU tensor, pinned when torch sees a CUDA device; files are decoded
-                   into it in place (then written to the cache file from there)
+                   of two halves (STAGE_BYTES); a full half goes to the device by an async copy on
+                   the worker's stream and to the cache file, while the decoder fills the other
+    tier "host"    torch uint8 CPU tensor, pinned when torch sees a CUDA device (after decoding);
+                   files are decoded into it in place, and written to the cache file from there
+                   a chunk at a time as they are decoded
     tier "disk"    torch CPU tensor over a memory map of the cache file; each worker decodes into a
                    staging ring written to the file with pwrite (decoding into a writable map would
                    count every written page in the process's RSS)
+
+The file writes run on threads of their own (``_FileWrites``): a decoder never waits on the page
+cache unless both halves of its ring are in flight.
 
 Frames from PyAV stay YUV 4:2:0 as the decoder hands them back (``format="yuv420"``, one row of
 ``H*W + 2*ceil(H/2)*ceil(W/2)`` bytes per frame: Y, then U, then V, no padding); the batch converts
@@ -39,7 +43,7 @@ from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_cod
                              decode_video, opencv_codec_error, probe_video, resolve_backend)
 from . import cache as _cache
 from .pinned import file_pages, pinned_empty
-from .planes import copy_plane, cpu_count
+from .planes import copy_planes, cpu_count, yuv420_geometry
 from .store import yuv420_bytes
 
 TIERS = ("device", "host", "disk")
@@ -50,7 +54,7 @@ TIERS = ("device", "host", "disk")
 # and one decoder with all threads (its per-frame serial parts idle the other core).
 THREAD_TYPE = "AUTO"
 DECODER_THREADS = int(os.environ.get("ROBOCACHE_DECODER_THREADS", "0"))  # 0 = the decoder's own choice
-STAGE_BYTES = 32 << 20  # per-worker staging ring of tiers device and disk
+STAGE_BYTES = 32 << 20  # per-worker staging ring of tiers device and disk (two halves); host: a write
 UPLOAD_CHUNK = 256 << 20  # cache -> device: two pinned chunks of this size, each read by several threads
 POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
 
@@ -228,30 +232,62 @@ class _Ticker:
 
 
 class _Rows:
-    """Where one file's decoded frames go: ``row(i)`` is frame i's destination (a writable uint8
-    view of frame_bytes). Direct: the file's rows of the final buffer. Staged (tiers device and
-    disk): a ring of ``len(buf)`` rows, handed to ``flush(first_row, rows)`` whenever it is full
-    and at the end, so a worker holds a few MB, not a whole file."""
+    """Where one file's decoded frames go: ``row(i)`` is frame i's destination (a writable uint8 view
+    of frame_bytes), and every ``chunk`` rows ``flush(first_row, rows)`` gets the rows just completed
+    (rows: a slice of ``buf``); it returns None or a handle whose ``wait()`` says it is done with them.
 
-    def __init__(self, n: int, buf: np.ndarray, flush=None):
-        self.n, self.buf, self.flush, self.flushed = n, buf, flush, 0
+    In place (the host tier): ``buf`` is the file's rows of the final buffer; flushed rows stay where
+    they are (the cache file is written from them while the decoder goes on).
+    Ring (tiers device and disk, the compressed tier): ``buf`` is a worker's ring of two halves. A
+    full half is handed over and the decoder goes on into the other one, which it writes again only
+    after that half's handle is done; so a worker holds a few MB, not a whole file, and never waits
+    on a copy or a write unless both halves are in flight."""
+
+    def __init__(self, n: int, buf: np.ndarray, flush=None, *, in_place: bool = False, chunk: int = 0):
+        self.n, self.buf, self.flush, self.in_place = n, buf, flush, in_place or flush is None
+        self.chunk = max(1, chunk or (n if self.in_place else max(1, len(buf) // 2)))
+        self.base = 0               # file row of the current chunk's first frame
+        self.half = 0               # ring: the half being written
+        self.handles = [None, None]  # ring: what each half waits for before it is written again
+        self.pending = []           # in place: every flush's handle
 
     def __len__(self):
         return self.n
 
     def row(self, i: int) -> np.ndarray:
-        if self.flush is None:
+        if i - self.base == self.chunk:  # the chunk is complete: hand it over before frame i
+            self._hand_over(i)
+        if self.in_place:
             return self.buf[i]
-        k = len(self.buf)
-        if i - self.flushed == k:  # the ring is full: hand it over before frame i reuses it
-            self.flush(self.flushed, self.buf)
-            self.flushed = i
-        return self.buf[i - self.flushed]
+        return self.buf[self.half * self.chunk + i - self.base]
 
-    def finish(self, decoded: int) -> None:
-        if self.flush is not None and decoded > self.flushed:
-            self.flush(self.flushed, self.buf[:decoded - self.flushed])
-            self.flushed = decoded
+    def _hand_over(self, upto: int) -> None:
+        if self.flush is not None and upto > self.base:
+            if self.in_place:
+                self.pending.append(self.flush(self.base, slice(self.base, upto)))
+            else:
+                lo = self.half * self.chunk
+                self.handles[self.half] = self.flush(self.base, slice(lo, lo + upto - self.base))
+                if len(self.buf) >= 2 * self.chunk:
+                    self.half ^= 1
+                _wait(self.handles[self.half])  # the half written next: its last hand-over is done
+                self.handles[self.half] = None
+        self.base = upto
+
+    def finish(self, decoded: int) -> list:
+        """Hands over the last rows; waits until the ring can be reused. Returns the in-place
+        handles (the caller waits on them once every file is decoded)."""
+        if decoded > self.base:
+            self._hand_over(decoded)
+        for h in self.handles:
+            _wait(h)
+        self.handles = [None, None]
+        return self.pending
+
+
+def _wait(handle) -> None:
+    if handle is not None:
+        handle.wait()
 
 
 def _decode_pyav_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, stop) -> np.ndarray:
@@ -260,8 +296,7 @@ def _decode_pyav_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, sto
     H, W = spec.height, spec.width
     n = len(out)
     yuv = spec.format == "yuv420"
-    ch, cw = spec.chroma_shape
-    y_end, u_end = H * W, H * W + ch * cw
+    geometry = yuv420_geometry(H, W) if yuv else ((H, W * 3),)
     accept = ("yuv420p", "yuvj420p") if yuv else ("rgb24",)
     reformatter = None
     times = []
@@ -290,14 +325,7 @@ def _decode_pyav_into(path, out: _Rows, spec: FrameSpec, threads: int, tick, sto
                                                      format="yuv420p" if yuv else "rgb24", **kw)
                     except TypeError:  # PyAV < 12 has no color-range arguments (and keeps the range)
                         frame = reformatter.reformat(frame, width=W, height=H, format="yuv420p" if yuv else "rgb24")
-                row = out.row(i)
-                if yuv:
-                    planes = frame.planes
-                    copy_plane(planes[0], row[:y_end], H, W)
-                    copy_plane(planes[1], row[y_end:u_end], ch, cw)
-                    copy_plane(planes[2], row[u_end:], ch, cw)
-                else:
-                    copy_plane(frame.planes[0], row.reshape(-1), H, W * 3)
+                copy_planes(frame.planes, out.row(i), geometry)
                 times.append(frame.time if frame.time is not None else np.nan)
                 i += 1
                 tick()
@@ -389,15 +417,17 @@ def _resolve_device(torch, tier, device):
 
 
 def _host_buffer(torch, shape, fill=None):
-    """A CPU tensor for the host tier, written by ``fill(array)`` when given: pinned (cudaHostRegister
-    maps and locks every page) when torch sees a CUDA device; else an anonymous map, populated up front
-    when nothing fills it (MAP_POPULATE maps all pages in one kernel call, measured 6x faster than
-    taking a page fault per 4 KiB while decoding into it)."""
+    """A CPU tensor for the host tier, written by ``fill(array)`` when given, then pinned
+    (cudaHostRegister maps and locks every page) when torch sees a CUDA device (pinned_empty: its
+    writers fault the pages in, 2 MiB at a time where the kernel gives transparent huge pages).
+    Without a GPU an anonymous map populated up front: on the 2-core machine MAP_POPULATE took 0.4 s
+    for 0.88 GB, 4 KiB faults while decoding 0.54 s, and huge-page faults 0.13-2.7 s (the kernel's
+    compaction on a fragmented VM)."""
     if torch.cuda.is_available():
         # exact size: torch's pin_memory=True rounds to a power of two (75 GB would ask for 128 GB)
         return pinned_empty(shape, fill=fill)
     nbytes = int(np.prod(shape))
-    populate = getattr(mmap, "MAP_POPULATE", 0) if fill is None else 0
+    populate = getattr(mmap, "MAP_POPULATE", 0)
     if nbytes < POPULATE_MIN_BYTES or not populate:
         out = torch.empty(shape, dtype=torch.uint8)
     else:
@@ -641,60 +671,64 @@ def _open_writer(entry, name, nbytes, tier, required, direct=False):
         return None
 
 
-class _PrefixWriter:
-    """Writes the host buffer to the cache file as a growing prefix: once files 0..k are decoded, the
-    bytes up to the end of file k go out; through O_DIRECT in whole blocks when the writer has it and
-    the buffer is block-aligned (the last partial block through the page cache). Runs on one thread,
-    a long span's pieces on ``pool``; a failure (disk full) goes to ``failed`` and stops the writing,
-    the ingest goes on."""
+class _FileWrites:
+    """The decoded rows' writes to the cache (or disk-tier) file, on threads of their own: a decoder
+    hands rows over and goes on decoding while they go to the page cache (a write of 32 MB there
+    takes ~10 ms of a core that the decoder would otherwise have waited out). ``submit(first_row,
+    rows)`` returns a future, whatever order the rows come in (pwrite is positional).
 
-    PIECE = 32 << 20   # a large span is written in pieces of this size, in parallel
+    ``direct`` (the host tier, an entry large against the RAM): whole 4 KiB blocks through O_DIRECT
+    (a DMA from the page-aligned host buffer, no copy into the page cache), the partial blocks at
+    either end of a span through the page cache; a filesystem refusing O_DIRECT (EINVAL) falls back
+    to the page cache. A failure goes to ``failed`` and the later writes are skipped (the ingest goes
+    on without a cache), except for tier "disk", whose file is its data: CacheError."""
 
-    def __init__(self, writer, host: np.ndarray, offsets, fb: int, failed: list, pool=None):
-        self.writer, self.flat, self.failed, self.pool = writer, host.reshape(-1), failed, pool
-        self.ends = [int(o) * fb for o in offsets[1:]]
-        self.done_files = [False] * len(self.ends)
-        self.next_file, self.written = 0, 0
-        self.block = writer.BLOCK
-        self.direct = writer.direct and self.flat.ctypes.data % self.block == 0
+    THREADS = 4
 
-    def _write(self, upto: int) -> None:
-        if self.failed or upto <= self.written:
+    def __init__(self, writer, fb: int, tier: str, nbytes: int, direct: bool = False):
+        self.writer, self.fb, self.tier, self.nbytes = writer, fb, tier, nbytes
+        self.direct = direct and writer.direct
+        self.failed: list = []
+        self.pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="robocache-cache-write")
+
+    def submit(self, first_row: int, rows: np.ndarray):
+        return self.pool.submit(self._write, first_row * self.fb, rows.reshape(-1))
+
+    def _write(self, offset: int, flat: np.ndarray) -> None:
+        if self.failed:
             return
         try:
-            if self.direct:
-                aligned = upto // self.block * self.block
-                if aligned > self.written:
+            if self.direct and flat.ctypes.data % self.writer.BLOCK == offset % self.writer.BLOCK:
+                block = self.writer.BLOCK
+                lo = min(len(flat), -offset % block)                     # to the first block boundary
+                hi = max(lo, (offset + len(flat)) // block * block - offset)  # from the last one
+                if hi > lo:
                     try:
-                        self._spread(self.writer.write_direct, self.written, aligned)
-                        self.written = aligned
+                        self.writer.write_direct(offset + lo, flat[lo:hi])
+                        self._buffered(offset, flat[:lo])
+                        self._buffered(offset + hi, flat[hi:])
+                        return
                     except OSError as e:
                         if e.errno != errno.EINVAL:
                             raise
                         self.direct = False  # the filesystem refused O_DIRECT after all: page cache
-                if self.direct and upto < self.ends[-1]:
-                    return  # the partial block waits for the next file
-            self._spread(self.writer.write, self.written, upto)
-            self.written = upto
+            self._buffered(offset, flat)
         except OSError as e:
+            if self.tier == "disk":
+                raise _cache.CacheError(
+                    e.errno, f"tier='disk' could not write {_cache.human_bytes(self.nbytes)} ({self.nbytes} bytes) "
+                    f"of decoded frames to {self.writer.root} ({e.strerror or e}): free space there, point "
+                    f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host'") from e
             self.failed.append(e)
 
-    def _spread(self, write, start: int, end: int) -> None:
-        """write(offset, bytes) of [start, end) in PIECE-sized pieces on the pool (pwrite is positional
-        and releases the GIL). When the files end together, the whole buffer is left to write at the
-        end: one thread put 0.88 GB into the page cache at ~2.3 GB/s on the H100 host."""
-        spans = [(a, min(a + self.PIECE, end)) for a in range(start, end, self.PIECE)]
-        if self.pool is None or len(spans) < 2:
-            write(start, self.flat[start:end])
-            return
-        list(self.pool.map(lambda span: write(span[0], self.flat[span[0]:span[1]]), spans))
+    def _buffered(self, offset: int, flat: np.ndarray) -> None:
+        if len(flat):
+            self.writer.write(offset, flat)
 
-    def done(self, i: int) -> None:
-        self.done_files[i] = True
-        while self.next_file < len(self.ends) and self.done_files[self.next_file]:
-            self.next_file += 1
-        if self.next_file:
-            self._write(self.ends[self.next_file - 1])
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            self.failed.append(None)  # queued writes return at once
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
 
 
 def _mem_available() -> int | None:
@@ -708,9 +742,9 @@ def _mem_available() -> int | None:
     return None
 
 
-def _write_direct(nbytes: int) -> bool:
+def _write_direct(nbytes: int, reserve: int = 0) -> bool:
     """Whether the host tier writes its cache file with O_DIRECT: when the entry is large against the
-    memory left (> 1/4 of MemAvailable, measured after the host buffer is allocated). Through the page
+    memory left (> 1/4 of MemAvailable less ``reserve``, the host buffer still to fill). Through the page
     cache, a small entry stays cached and the next load reads it at memory speed; a large one could
     not stay (the frames themselves fill the RAM), so copying it there would only cost CPU and evict
     other files. ROBOCACHE_CACHE_DIRECT=1 / 0 forces either."""
@@ -718,7 +752,7 @@ def _write_direct(nbytes: int) -> bool:
     if env in ("0", "1"):
         return env == "1"
     avail = _mem_available()
-    return avail is not None and nbytes > avail // 4
+    return avail is not None and nbytes > max(0, avail - reserve) // 4
 
 
 def _stat_or_none(paths):
@@ -744,89 +778,66 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
 
     # the sources as they were when decoding began: the entry's key must describe the bytes decoded
     sources = _cache.stat_sources(paths) if entry is not None else None
-    data = None
-    if tier == "host":
-        data = _host_buffer(torch, _shape(spec, n_total))
-        host = _np(data).reshape(n_total, fb)
-    elif tier == "device":
-        data = torch.empty(_shape(spec, n_total), dtype=torch.uint8, device=dev)
-
     writer = None
     if entry is not None or tier == "disk":
+        direct = tier == "host" and _write_direct(nbytes, reserve=nbytes)
         writer = _open_writer(entry, entry.name if entry is not None else "nocache", nbytes, tier,
-                              required=(tier == "disk"), direct=(tier == "host" and _write_direct(nbytes)))
-    write_failed = []
-    stage_rows = max(1, min(int(counts.max()), STAGE_BYTES // fb))
+                              required=(tier == "disk"), direct=direct)
+    writes = _FileWrites(writer, fb, tier, nbytes, direct=writer.direct) if writer is not None else None
+    # rows handed over at a time: a ring half (tiers device and disk), a write of the host buffer
+    chunk = max(1, min(int(counts.max()), STAGE_BYTES // 2 // fb))
+    data = torch.empty(_shape(spec, n_total), dtype=torch.uint8, device=dev) if tier == "device" else None
     local = threading.local()
 
     def staging():
-        # a ring of rows per worker (tiers device and disk): the host memory of the files in flight
+        # a worker's ring of two halves (tiers device and disk): the host memory of the files in flight
         if getattr(local, "buf", None) is None:
-            local.buf = torch.empty((stage_rows, fb), dtype=torch.uint8, pin_memory=(tier == "device"))
+            local.buf = torch.empty((2 * chunk, fb), dtype=torch.uint8, pin_memory=(tier == "device"))
             local.stream = torch.cuda.Stream(dev) if tier == "device" else None
         return local.buf, local.stream
 
     stop = threading.Event()
     bar = _progress_bar(n_total, desc, show_progress)
     decode_into = _DECODE_INTO[backend]
-    # host tier: the cache file is written by a thread of its own from the final buffer (a slow disk
-    # never holds a decoder back), in file order as the files before are done
-    writes = ThreadPoolExecutor(1, thread_name_prefix="robocache-cache-write") \
-        if tier == "host" and writer is not None else None
-    pending = []
-    pieces = ThreadPoolExecutor(4, thread_name_prefix="robocache-cache-piece") if writes is not None else None
-    prefix = _PrefixWriter(writer, host, offsets, fb, write_failed, pieces) if writes is not None else None
+    pending = []  # the host tier's writes, waited on once every file is decoded
 
-    def save(first_row: int, rows: np.ndarray) -> None:
-        """rows (decoded frames first_row...) to the cache / disk-tier file."""
-        if writer is None or write_failed:
-            return
-        try:
-            writer.write(first_row * fb, rows)
-        except OSError as e:
-            if tier == "disk":
-                raise _cache.CacheError(
-                    e.errno, f"tier='disk' could not write {_cache.human_bytes(nbytes)} ({nbytes} bytes) of "
-                    f"decoded frames to {writer.root} ({e.strerror or e}): free space there, point "
-                    f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host'") from e
-            write_failed.append(e)
-
-    def work(i):
+    def work(i, host):
         if stop.is_set():
             return None
         start, n = int(offsets[i]), int(counts[i])
         if tier == "host":
-            out = _Rows(n, host[start:start + n])
+            rows = host[start:start + n]
+            flush = (lambda first, sl: writes.submit(start + first, rows[sl])) if writes is not None else None
+            out = _Rows(n, rows, flush, in_place=True, chunk=chunk)
         else:
             buf_t, stream = staging()
+            ring = _np(buf_t)
 
-            def flush(first, rows):
+            def flush(first, sl):
                 event = None
                 if tier == "device":
-                    k = len(rows)
+                    k = sl.stop - sl.start
                     with torch.cuda.stream(stream):
-                        data.view(-1, fb)[start + first:start + first + k].copy_(buf_t[:k], non_blocking=True)
+                        data.view(-1, fb)[start + first:start + first + k].copy_(buf_t[sl], non_blocking=True)
                         event = stream.record_event()
-                save(start + first, rows)  # overlaps the copy to the device
-                if event is not None:
-                    event.synchronize()  # before the ring is written again
+                return _Done(event, writes.submit(start + first, ring[sl]) if writes is not None else None)
 
-            out = _Rows(n, _np(buf_t), flush)
+            out = _Rows(n, ring, flush)
         tick = _Ticker(bar)
         times = decode_into(paths[i], out, spec, threads, tick, stop)
         tick.flush()
         if times is None:
             return None
-        out.finish(n)
-        if writes is not None:
-            pending.append(writes.submit(prefix.done, i))
+        pending.extend(out.finish(n))
         return times
 
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="robocache-ingest")
-    futures = []
-    try:
+    def decode(host=None):
+        """Every file, on `workers` threads; returns their times in the order of paths."""
+        host = host.reshape(n_total, fb) if host is not None else None
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="robocache-ingest")
+        futures = []
         try:
-            futures = [pool.submit(work, i) for i in range(len(paths))]
+            futures = [pool.submit(work, i, host) for i in range(len(paths))]
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
             if not all(f.done() for f in futures) or _errors(futures):
@@ -837,26 +848,32 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
         errors = _errors(futures)
         if errors:
             raise errors[0]  # the first failing file in the order of paths
-        results = [f.result() for f in futures]
+        for f in pending:
+            f.result()  # the host buffer is pinned (moved under the driver) once nothing reads it
+        return [f.result() for f in futures]
+
+    try:
+        if tier == "host":
+            # decoded into fresh memory whose pages the decoders fault in (on every core, 2 MiB at a time
+            # where the kernel gives huge pages), pinned afterwards when torch sees a GPU
+            result = {}
+            data = _host_buffer(torch, _shape(spec, n_total), fill=lambda arr: result.update(times=decode(arr)))
+            times = result["times"]
+        else:
+            times = decode()
         if writes is not None:
-            writes.shutdown(wait=True)
-            pieces.shutdown(wait=True)
-            for f in pending:
-                f.result()
+            writes.close()
     except BaseException:
         if writes is not None:
-            write_failed.append(None)  # queued writes return at once
-            writes.shutdown(wait=True, cancel_futures=True)
-            pieces.shutdown(wait=True, cancel_futures=True)
+            writes.close(cancel=True)
         if writer is not None:
             writer.abort()
         raise
 
-    times = results
     cache_path = None
     if writer is not None:
-        if write_failed:
-            _cache.warn(f"robocache could not write its cache in {writer.root} ({write_failed[0]}); "
+        if writes.failed:
+            _cache.warn(f"robocache could not write its cache in {writer.root} ({writes.failed[0]}); "
                         f"going on without a cache")
             writer.abort()
         elif entry is not None and _stat_or_none(paths) != sources:
@@ -884,6 +901,20 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
                 writer.abort()
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
                     cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
+
+
+class _Done:
+    """A ring half's hand-over (tiers device and disk): its copy to the device (a CUDA event), its
+    write to the file (a future; raises what the write raised)."""
+
+    def __init__(self, event, future):
+        self.event, self.future = event, future
+
+    def wait(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+        if self.future is not None:
+            self.future.result()
 
 
 __all__ = ["FrameSpec", "Ingested", "TIERS", "ingest_videos", "probe_videos"]

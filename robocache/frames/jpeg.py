@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .planes import copy_plane, cpu_count
+from .planes import copy_planes, cpu_count, yuv420_geometry
 
 DEFAULT_QSCALE = 2
 _LOCAL = threading.local()
@@ -108,16 +108,12 @@ def decode_rows_cpu(data: np.ndarray, offsets: np.ndarray, ids, out: np.ndarray,
     dec = getattr(_LOCAL, "dec", None)
     if dec is None:
         dec = _LOCAL.dec = av.CodecContext.create("mjpeg", "r")
-    ch, cw = (height + 1) // 2, (width + 1) // 2
-    y_end, u_end = height * width, height * width + ch * cw
+    geometry = yuv420_geometry(height, width)
     for m, i in enumerate(np.asarray(ids, np.int64).tolist()):
         frames = dec.decode(av.Packet(data[offsets[i]:offsets[i + 1]].tobytes()))
         if len(frames) != 1 or frames[0].width != width or frames[0].height != height:
             raise ValueError(f"compressed frame {i} does not decode to one {height}x{width} frame")
-        p = frames[0].planes
-        copy_plane(p[0], out[m, :y_end], height, width)
-        copy_plane(p[1], out[m, y_end:u_end], ch, cw)
-        copy_plane(p[2], out[m, u_end:], ch, cw)
+        copy_planes(frames[0].planes, out[m], geometry)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Cases, per run (frames/s of wall time, and CPU ms per frame of the whole process, which stays
 meaningful on a shared machine where wall time does not):
-  pyav planes      PyAV decodes every file (same thread pool, same decoder threading) and touches
-                   the YUV planes it hands back, no copy: the decoder's own rate, the 70% target's base
+  pyav planes      PyAV decodes every file (same thread pool; its default decoder threading, or the
+                   --threads value) and touches the YUV planes it hands back, no copy: the decoder's
+                   own rate, the 70% target's base
   pyav ndarray     the same plus frame.to_ndarray(format="yuv420p"): what a user's loop costs
   cold <tier>      ingest_videos with an empty cache directory (decodes, writes the cache)
   nocache <tier>   ingest_videos(cache=False) (host and disk only)
@@ -163,7 +164,8 @@ def main(argv=None) -> int:
     tiers = args.tiers.split(",") if args.tiers else ["host", "disk"] + (["device"] if torch.cuda.is_available() else [])
     cores = cpu_count()
     workers = max(1, min(args.workers or cores, len(paths)))
-    sweep = [int(t) for t in args.threads.split(",")] if args.threads else [rc_ingest.DECODER_THREADS]
+    # default: robocache's own choice (decoder_threads) against PyAV's default (0, auto)
+    sweep = [int(t) for t in args.threads.split(",")] if args.threads else [None]
     os.environ.setdefault("ROBOCACHE_NO_PROGRESS", "1")
     base = Path(tempfile.mkdtemp(prefix="robocache-bench-", dir=args.cache_base))
 
@@ -182,8 +184,8 @@ def main(argv=None) -> int:
             for threads in sweep:
                 rc_ingest.DECODER_THREADS = threads
                 tag = f" t={threads}" if len(sweep) > 1 else ""
-                record(f"pyav planes{tag}", timed(lambda: pyav_alone(paths, workers, threads, copy=False)))
-                record(f"pyav ndarray{tag}", timed(lambda: pyav_alone(paths, workers, threads, copy=True)))
+                record(f"pyav planes{tag}", timed(lambda: pyav_alone(paths, workers, threads or 0, copy=False)))
+                record(f"pyav ndarray{tag}", timed(lambda: pyav_alone(paths, workers, threads or 0, copy=True)))
                 for tier in tiers:
                     cdir = base / f"c{rep}-{tier}-{threads}"
                     os.environ["ROBOCACHE_CACHE_DIR"] = str(cdir)
@@ -220,8 +222,10 @@ def main(argv=None) -> int:
         row["cpu_vs_pyav"] = ref["cpu_ms_per_frame"] / row["cpu_ms_per_frame"]
         row["x_cold"] = row["frames_per_s"] / cold["frames_per_s"] if kind == "cache" and cold else None
 
-    print(f"\ningest: {source}; {n_frames} frames; {cores} cores, {workers} workers; PyAV decoder threads "
-          f"{','.join(map(str, sweep))} (0 = auto); median of {args.repeat}; load average "
+    threads_text = ",".join(map(str, sweep)) if args.threads else \
+        f"0 for PyAV, {rc_ingest.decoder_threads(workers)} for robocache"
+    print(f"\ningest: {source}; {n_frames} frames; {cores} cores, {workers} workers; decoder threads "
+          f"{threads_text} (0 = auto); median of {args.repeat}; load average "
           f"{os.getloadavg()[0]:.1f}")
     print(f"{'case':<24} | {'frames/s':>9} | {'cpu ms/frame':>12} | {'x pyav (wall)':>13} | "
           f"{'x pyav (cpu)':>12} | {'x cold':>6}")
@@ -234,7 +238,8 @@ def main(argv=None) -> int:
         import av
 
         meta = {"source": source, "frames": n_frames, "spec": spec.to_dict(), "cores": cores, "workers": workers,
-                "decoder_threads": sweep, "repeat": args.repeat, "loadavg": os.getloadavg(),
+                "decoder_threads": sweep if args.threads else {"pyav": 0, "robocache": rc_ingest.decoder_threads(workers)},
+                "repeat": args.repeat, "loadavg": os.getloadavg(),
                 "python": platform.python_version(), "torch": torch.__version__, "av": av.__version__,
                 "cpu": platform.processor() or platform.machine(),
                 "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}

@@ -829,3 +829,29 @@ def test_direct_writes_only_for_entries_large_against_the_ram(monkeypatch):
     assert not rc_ingest._write_direct(10**12)
     monkeypatch.setenv("ROBOCACHE_CACHE_DIRECT", "1")
     assert rc_ingest._write_direct(1)
+
+
+def test_decoder_threads_follow_the_files_in_flight(clips, monkeypatch):
+    """Auto threads per decoder while fewer files than cores decode at once, 2 once every core has a
+    file; ROBOCACHE_DECODER_THREADS (DECODER_THREADS) wins over both."""
+    seen = []
+    real = rc_ingest._DECODE_INTO["pyav"]
+
+    def spy(path, out, spec, threads, tick, stop):
+        seen.append(threads)
+        return real(path, out, spec, threads, tick, stop)
+
+    monkeypatch.setitem(rc_ingest._DECODE_INTO, "pyav", spy)
+    monkeypatch.setattr(rc_ingest, "DECODER_THREADS", None)
+    monkeypatch.setattr(rc_ingest, "cpu_count", lambda: 4)
+    ingest_videos(clips["av1"], tier="host", cache=False)  # 3 files, 4 cores
+    assert seen == [0, 0, 0]
+    monkeypatch.setattr(rc_ingest, "cpu_count", lambda: 2)
+    seen.clear()
+    res = ingest_videos(clips["av1"], tier="host", cache=False, workers=2)
+    assert seen == [2, 2, 2]
+    np.testing.assert_array_equal(rows(res, 1), pyav_yuv(clips["av1"][1])[0])
+    monkeypatch.setattr(rc_ingest, "DECODER_THREADS", 1)
+    seen.clear()
+    ingest_videos(clips["av1"], tier="host", cache=False, workers=2)
+    assert seen == [1, 1, 1]

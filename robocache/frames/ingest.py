@@ -696,9 +696,9 @@ class _FileWrites:
 
     THREADS = 4
 
-    def __init__(self, writer, fb: int, tier: str, nbytes: int, direct: bool = False):
+    def __init__(self, writer, fb: int, tier: str, nbytes: int):
         self.writer, self.fb, self.tier, self.nbytes = writer, fb, tier, nbytes
-        self.direct = direct and writer.direct
+        self.direct = writer.direct  # opened with O_DIRECT: the host tier's large entries
         self.failed: list = []
         self.pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="robocache-cache-write")
 
@@ -794,7 +794,7 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
         direct = tier == "host" and _write_direct(nbytes, reserve=nbytes)
         writer = _open_writer(entry, entry.name if entry is not None else "nocache", nbytes, tier,
                               required=(tier == "disk"), direct=direct)
-    writes = _FileWrites(writer, fb, tier, nbytes, direct=writer.direct) if writer is not None else None
+    writes = _FileWrites(writer, fb, tier, nbytes) if writer is not None else None
     # rows handed over at a time: a ring half (tiers device and disk), a write of the host buffer
     chunk = max(1, min(int(counts.max()), STAGE_BYTES // 2 // fb))
     data = torch.empty(_shape(spec, n_total), dtype=torch.uint8, device=dev) if tier == "device" else None

@@ -134,6 +134,60 @@ static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_
 #endif
 }
 
+PyDoc_STRVAR(host_register_doc,
+"_host_register(ptr, nbytes, read_only)\n--\n\n"
+"Page-locks the `nbytes` host bytes at address `ptr` and maps them for every device, at `ptr`\n"
+"itself (robocache/frames/pinned.py). read_only: devices only read them, the way a file's\n"
+"page-cache pages are pinned in place. Raises CudaError naming the CUDA error when refused.");
+
+static PyObject *host_register(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    rc_state *st = rc_get_state(module);
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "_host_register: expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    void *ptr = PyLong_AsVoidPtr(args[0]);
+    if (!ptr && PyErr_Occurred()) return NULL;
+    Py_ssize_t nbytes = PyLong_AsSsize_t(args[1]);
+    if (nbytes == -1 && PyErr_Occurred()) return NULL;
+    int read_only = PyObject_IsTrue(args[2]);
+    if (read_only < 0) return NULL;
+    if (!ptr || nbytes <= 0) {
+        PyErr_Format(PyExc_ValueError, "_host_register: expected a non-null address and nbytes > 0, got nbytes=%zd",
+                     nbytes);
+        return NULL;
+    }
+#ifdef RC_WITH_CUDA
+    rc_status status;
+    Py_BEGIN_ALLOW_THREADS /* 0.1-0.2 s per GB: the driver locks and maps every page */
+    status = rc_cuda_host_register(ptr, (size_t)nbytes, read_only);
+    Py_END_ALLOW_THREADS
+    if (status != RC_OK) return rc_raise_status(st, status);
+    Py_RETURN_NONE;
+#else
+    return rc_no_cuda_error(st, "_host_register", 0);
+#endif
+}
+
+PyDoc_STRVAR(host_unregister_doc,
+"_host_unregister(ptr)\n--\n\nUndoes _host_register for the address it was given.");
+
+static PyObject *host_unregister(PyObject *module, PyObject *arg) {
+    rc_state *st = rc_get_state(module);
+    void *ptr = PyLong_AsVoidPtr(arg);
+    if (!ptr && PyErr_Occurred()) return NULL;
+#ifdef RC_WITH_CUDA
+    rc_status status;
+    Py_BEGIN_ALLOW_THREADS
+    status = rc_cuda_host_unregister(ptr);
+    Py_END_ALLOW_THREADS
+    if (status != RC_OK) return rc_raise_status(st, status);
+    Py_RETURN_NONE;
+#else
+    return rc_no_cuda_error(st, "_host_unregister", 0);
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"resample", (PyCFunction)(void (*)(void))rc_py_resample, METH_FASTCALL | METH_KEYWORDS,
      rc_resample_doc_text},
@@ -152,6 +206,8 @@ static PyMethodDef methods[] = {
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
+    {"_host_register", (PyCFunction)(void (*)(void))host_register, METH_FASTCALL, host_register_doc},
+    {"_host_unregister", host_unregister, METH_O, host_unregister_doc},
     {"_graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, graph_launch_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -305,6 +305,12 @@ rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int dev
  * memory of device *device. For pinned memory *device_ptr is the address kernels use (the same
  * pointer under unified addressing), NULL when no device can reach it. */
 rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_ptr, const void *ptr);
+/* Page-locks the `nbytes` host bytes at `ptr` and maps them for every device (portable, mapped:
+ * kernels read them at `ptr` itself under unified addressing). read_only: devices only read them,
+ * which is what lets a file's page-cache pages (a shared read-only map) be pinned in place.
+ * rc_cuda_host_unregister undoes it; `ptr` is the address registered. */
+rc_status rc_cuda_host_register(void *ptr, size_t nbytes, int read_only);
+rc_status rc_cuda_host_unregister(void *ptr);
 rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 0 */
 rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);
 int rc_cuda_runtime_version(void);

@@ -98,6 +98,22 @@ extern "C" rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_
     return RC_OK;
 }
 
+/* A failed registration leaves its error for the next cudaGetLastError, which would then blame the
+ * next kernel launch: cleared here, reported through the status. */
+extern "C" rc_status rc_cuda_host_register(void *ptr, size_t nbytes, int read_only) {
+    unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+    if (read_only) flags |= cudaHostRegisterReadOnly;
+    cudaError_t e = cudaHostRegister(ptr, nbytes, flags);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return RC_CUDA_CHECK(e, "cudaHostRegister");
+}
+
+extern "C" rc_status rc_cuda_host_unregister(void *ptr) {
+    cudaError_t e = cudaHostUnregister(ptr);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return RC_CUDA_CHECK(e, "cudaHostUnregister");
+}
+
 extern "C" int rc_cuda_driver_version(void) {
     int v = 0;
     cudaDriverGetVersion(&v);

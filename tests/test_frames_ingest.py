@@ -311,11 +311,11 @@ def test_disk_tier_maps_the_cache_file(clips):
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
-@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the host tier is pinned fresh memory (cuda test)")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the pages are pinned read-only (cuda test)")
 def test_host_tier_from_the_cache_is_the_files_pages(clips):
     """Without a GPU, loaded from the cache, the host tier is the cache file's own pages (no fresh
     memory, no copy: one copy of the frames in RAM), copy-on-write: a stray write never reaches the
-    file. (With a GPU it is fresh memory, pinned: test_frames_ingest_cuda.py.)"""
+    file. (With a GPU they are pinned in place, read-only: test_frames_ingest_cuda.py.)"""
     first = ingest_videos(clips["h264"], tier="host")
     hit = ingest_videos(clips["h264"], tier="host")
     assert hit.from_cache and torch.equal(hit.data, first.data)
@@ -331,9 +331,11 @@ def test_host_tier_from_the_cache_is_the_files_pages(clips):
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
 def test_host_tier_from_the_cache_read_into_fresh_memory(clips, monkeypatch):
     """Where the file's pages cannot be had (a kernel without MADV_POPULATE_READ), the cache is read
-    into fresh memory by parallel readers (the path every load with a GPU takes): equal bytes."""
+    into fresh memory by parallel readers (with a GPU: where the driver refuses to pin them in place):
+    equal bytes."""
     first = ingest_videos(clips["h264"], tier="host")
     monkeypatch.setattr(rc_ingest, "file_pages", lambda *a: None)
+    monkeypatch.setattr(rc_ingest, "pinned_file", lambda *a: None)
     hit = ingest_videos(clips["h264"], tier="host")
     assert hit.from_cache and torch.equal(hit.data, first.data)
     assert mapped_file(hit.data.data_ptr()) != hit.cache_path
@@ -855,3 +857,75 @@ def test_decoder_threads_follow_the_files_in_flight(clips, monkeypatch):
     seen.clear()
     ingest_videos(clips["av1"], tier="host", cache=False, workers=2)
     assert seen == [1, 1, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding in processes
+
+
+def test_processes_only_for_pyav_and_many_files(monkeypatch):
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", None)
+    assert rc_ingest.decode_in_processes(rc_ingest.PROCESS_MIN_WORKERS, "pyav")
+    assert not rc_ingest.decode_in_processes(rc_ingest.PROCESS_MIN_WORKERS - 1, "pyav")
+    assert not rc_ingest.decode_in_processes(16, "opencv")
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    assert rc_ingest.decode_in_processes(2, "pyav") and not rc_ingest.decode_in_processes(1, "pyav")
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", False)
+    assert not rc_ingest.decode_in_processes(64, "pyav")
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "nocache"])
+def test_processes_give_the_bytes_threads_give(clips, cache_env, monkeypatch, tier, cache):
+    """Decoded in processes (each writes its files' rows into the entry's file from a ring that
+    wraps several times per file), every tier holds the bytes and times the threads decode, the
+    cache entry is the same, and cache=False leaves no file behind."""
+    paths = clips["av1"]
+    ref = ingest_videos(paths, tier="host", cache=False)
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_ingest, "STAGE_BYTES", 6 * ref.spec.frame_bytes)  # 12, 17, 10 frames: 3 + 3 + ...
+    res = ingest_videos(paths, tier=tier, cache=cache, workers=2, show_progress=False)
+    assert not res.from_cache and res.spec == ref.spec
+    assert torch.equal(res.data, ref.data)
+    assert all(np.array_equal(a, b) for a, b in zip(res.times, ref.times))
+    if cache:
+        assert res.cache_path and mapped_file(res.data.data_ptr()) in (None, res.cache_path)
+        monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", False)
+        no_decoding(monkeypatch)
+        hit = ingest_videos(paths, tier="host")
+        assert hit.from_cache and torch.equal(hit.data, ref.data)
+    else:
+        assert res.cache_path is None and entry_files(cache_env) == []
+
+
+def test_a_failing_file_in_a_process_names_it_and_leaves_no_entry(clips, cache_env, monkeypatch):
+    """A decode process's error reaches the caller as it was raised (the file named), the other
+    processes stop, and no entry or temporary file is left."""
+    real_decode = rc_ingest._DECODE_INTO["pyav"]
+
+    def failing(path, *a, **k):  # the decode processes are forks: they run this too
+        if path.endswith("_1.mp4"):
+            raise ReaderError(f"{path}: injected failure")
+        return real_decode(path, *a, **k)
+
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setitem(rc_ingest._DECODE_INTO, "pyav", failing)
+    for tier in ("host", "disk"):
+        with pytest.raises(ReaderError, match="_1.mp4: injected"):
+            ingest_videos(clips["h264"], tier=tier, workers=2)
+    assert [n for n in entry_files(cache_env) if not n.endswith(".lock")] == []
+
+
+def test_processes_count_frames_for_the_progress_bar(clips, monkeypatch):
+    tqdm = pytest.importorskip("tqdm")
+    bars = []
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            bars.append(self)
+
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_ingest, "_progress_bar", lambda total, desc, enable: Bar(total=total, disable=False))
+    res = ingest_videos(clips["av1"], tier="disk", cache=False, workers=2)
+    assert len(bars) == 1 and bars[0].n == bars[0].total == res.offsets[-1]

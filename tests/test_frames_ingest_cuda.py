@@ -57,16 +57,29 @@ def test_device_tier_from_cache(tmp_path, rng, monkeypatch, chunk_frames):
     assert str(other.data.device) == dev1 and torch.equal(other.data.cpu(), res.data.cpu())
 
 
-def test_host_tier_from_the_cache_is_pinned(tmp_path, rng):
-    """From the cache the host tier is fresh memory read from the file in parallel and then pinned:
-    the GPU reads it over the bus (a gather) and gets the frames."""
+@pytest.mark.parametrize("in_place", [True, False], ids=["file-pages", "refused"])
+def test_host_tier_from_the_cache_is_pinned(tmp_path, rng, monkeypatch, in_place):
+    """From the cache the host tier is the cache file's own pages, pinned in place (read-only);
+    where the driver refuses that, fresh memory read from the file in parallel and then pinned.
+    Either way the GPU reads it over the bus (a gather) and gets the frames, and no CUDA error is
+    left behind for a later launch check."""
     import robocache._C as C
     spec = FrameSpec.make("yuv420", 32, 48)
     counts = np.array([4, 6], np.int64)
     paths, frames, _ = write_entry(tmp_path, rng, counts, spec)
+    if not in_place:
+        import robocache._C as C
+        real = C._host_register
+
+        def refuse_read_only(ptr, nbytes, read_only):
+            if read_only:
+                raise C.CudaError("cudaHostRegister failed: injected refusal")
+            return real(ptr, nbytes, read_only)
+
+        monkeypatch.setattr(C, "_host_register", refuse_read_only)
     res = ingest_videos(paths, tier="host", backend="pyav", desc="cam", spec=spec, counts=counts)
     assert res.from_cache and res.data.is_pinned() and not res.data.is_cuda
-    assert mapped_file(res.data.data_ptr()) != res.cache_path
+    assert (mapped_file(res.data.data_ptr()) == res.cache_path) == in_place
     np.testing.assert_array_equal(res.data.numpy(), frames)
     ids = torch.tensor([9, 0, 4, -1], device="cuda")
     out = torch.full((4, 32, 48, 3), 7, dtype=torch.uint8, device="cuda")
@@ -100,3 +113,43 @@ def test_device_tier_decodes_like_host(tmp_path, monkeypatch):
     assert torch.equal(dev.data.cpu(), host.data)
     again = ingest_videos(paths, tier="device")
     assert again.from_cache and torch.equal(again.data.cpu(), host.data)
+
+
+@pytest.mark.parametrize("tier", ["device", "host"])
+def test_processes_decode_like_threads(tmp_path, monkeypatch, tier):
+    """Decoded in processes, the device tier uploads each file's rows as the file is complete and
+    the host tier is the entry file's pages pinned in place: the bytes the threads decode."""
+    av = pytest.importorskip("av")
+    paths = []
+    for i, n in enumerate((9, 14, 5)):
+        p = str(tmp_path / f"v{i}.mp4")
+        with av.open(p, "w") as c:
+            s = c.add_stream("libx264", rate=10)
+            s.width, s.height, s.pix_fmt = 96, 64, "yuv420p"
+            rng = np.random.default_rng(i)
+            for _ in range(n):
+                img = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                    c.mux(pkt)
+            for pkt in s.encode():
+                c.mux(pkt)
+        paths.append(p)
+    ref = ingest_videos(paths, tier="host", cache=False)
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_ingest, "UPLOAD_CHUNK", 4 * ref.spec.frame_bytes)  # both pinned buffers, many times
+    res = ingest_videos(paths, tier=tier, workers=3)
+    assert not res.from_cache and res.data.is_cuda == (tier == "device")
+    assert torch.equal(res.data.cpu(), ref.data)
+    assert all(np.array_equal(a, b) for a, b in zip(res.times, ref.times))
+    if tier == "host":
+        assert res.data.is_pinned() and mapped_file(res.data.data_ptr()) == res.cache_path
+        out = torch.empty((2, 64, 96, 3), dtype=torch.uint8, device="cuda")
+        import robocache._C as C
+        C.gather_frames(res.data, torch.tensor([20, 3], device="cuda"), out, format="yuv420", height=64, width=96,
+                        channels=3)
+        ref_out = torch.empty_like(out)
+        C.gather_frames(ref.data.cuda(), torch.tensor([20, 3], device="cuda"), ref_out, format="yuv420", height=64,
+                        width=96, channels=3)
+        assert torch.equal(out, ref_out)
+    nocache = ingest_videos(paths, tier=tier, workers=3, cache=False)
+    assert torch.equal(nocache.data.cpu(), ref.data) and nocache.cache_path is None

@@ -34,12 +34,13 @@ import os
 import re
 import shutil
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the checksum hashes each sampled row's digest
 _SUBDIR = "frames"
 
 
@@ -122,15 +123,24 @@ def sample_rows(counts) -> list[int]:
 
 
 def checksum(read_row, counts, frame_bytes: int, times: np.ndarray, offsets=None) -> str:
-    """blake2b of (version, frame_bytes, counts, times, offsets, sampled rows); read_row(r) -> bytes of row r."""
+    """blake2b of (version, frame_bytes, counts, times, offsets, each sampled row's own blake2b);
+    read_row(r) -> bytes of row r. The rows are read and hashed on threads (pread and hashlib
+    release the GIL): one thread took ~50 ms for the 96 rows of 32 files at 480x640, as much as
+    pinning their 3.5 GB in place for the host tier's load from the cache."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"robocache-frames-v{FORMAT_VERSION}:{int(frame_bytes)}:".encode())
     h.update(np.ascontiguousarray(counts, dtype="<i8").tobytes())
     if offsets is not None:
         h.update(np.ascontiguousarray(offsets, dtype="<i8").tobytes())
     h.update(np.ascontiguousarray(times, dtype="<f8").tobytes())
-    for r in sample_rows(counts):
-        h.update(read_row(r))
+    rows = sample_rows(counts)
+
+    def row_digest(r):
+        return hashlib.blake2b(read_row(r), digest_size=16).digest()
+
+    with ThreadPoolExecutor(max(1, min(16, os.cpu_count() or 1, len(rows)))) as pool:
+        for d in pool.map(row_digest, rows):
+            h.update(d)
     return h.hexdigest()
 
 

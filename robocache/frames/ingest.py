@@ -30,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import mmap
+import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+import warnings
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -42,7 +44,7 @@ from ..readers._common import ReaderError, progress_enabled, require
 from ..readers.video import (RGB_PIX_FMTS, VideoInfo, _check_resize, _opencv_codec, _times_or_index, count_frames,
                              decode_video, opencv_codec_error, probe_video, resolve_backend)
 from . import cache as _cache
-from .pinned import file_pages, pinned_empty
+from .pinned import file_pages, pinned_empty, pinned_file
 from .planes import copy_planes, cpu_count, yuv420_geometry
 from .store import yuv420_bytes
 
@@ -53,6 +55,11 @@ THREAD_TYPE = "AUTO"
 # ROBOCACHE_DECODER_THREADS: threads per decoder (0: FFmpeg/dav1d's choice); unset: decoder_threads()
 _env_threads = os.environ.get("ROBOCACHE_DECODER_THREADS")
 DECODER_THREADS = int(_env_threads) if _env_threads not in (None, "") else None
+# ROBOCACHE_DECODE_PROCESSES=1 / 0: PyAV decoders in processes of their own or threads of this one;
+# unset: processes from PROCESS_MIN_WORKERS files at once (decode_in_processes)
+_env_procs = os.environ.get("ROBOCACHE_DECODE_PROCESSES")
+DECODE_PROCESSES = bool(int(_env_procs)) if _env_procs not in (None, "") else None
+PROCESS_MIN_WORKERS = 8
 STAGE_BYTES = 32 << 20  # per-worker staging ring of tiers device and disk (two halves); host: a write
 UPLOAD_CHUNK = 256 << 20  # cache -> device: two pinned chunks of this size, each read by several threads
 POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
@@ -603,18 +610,10 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
     if tier == "disk":
         data = _map_file(torch, entry.data_path, spec, n)
     elif tier == "host":
-        # without a GPU nothing is pinned: the cache file's own pages (one copy of the frames in RAM, no
-        # fresh memory, no copy; 0.1 s against 1.0 s for the real AV1 set on the 2-core machine)
-        data = None if torch.cuda.is_available() else file_pages(entry.data_path, _shape(spec, n))
-        if data is None:
-            # fresh memory filled by parallel reads before it is pinned: the readers fault its pages in
-            # on every core (pinned_empty would zero them all on one thread first; pinning the cache
-            # file's own pages in place hung the driver, see pinned.py)
-            with open(entry.data_path, "rb") as f, \
-                    ThreadPoolExecutor(min(16, cpu_count()), thread_name_prefix="robocache-read") as pool:
-                def fill(arr):
-                    _pread_into(f.fileno(), arr, 0, pool, chunk=16 << 20)
-                data = _host_buffer(torch, _shape(spec, n), fill)
+        # the cache file's own pages: one copy of the frames in RAM, no fresh memory, no copy; pinned in
+        # place for a GPU (0.06 s per GB on the H100 host), plain without one (0.1 s against 1.0 s for
+        # the real AV1 set on the 2-core machine)
+        data = _file_pages(torch, entry.data_path, spec, n)
     else:
         with open(entry.data_path, "rb") as f:
             data = _upload(torch, f.fileno(), spec, n, dev)
@@ -622,33 +621,62 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
                     from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
 
 
+def _file_pages(torch, path, spec, n):
+    """The host tier over a decoded file's pages: pinned in place for a GPU, plain without one; where
+    that cannot be had, fresh memory filled by parallel reads (the readers fault its pages in on
+    every core) and pinned."""
+    pages = (pinned_file if torch.cuda.is_available() else file_pages)(path, _shape(spec, n))
+    if pages is not None:
+        return pages
+    with open(path, "rb") as f, \
+            ThreadPoolExecutor(min(16, cpu_count()), thread_name_prefix="robocache-read") as pool:
+        def fill(arr):
+            _pread_into(f.fileno(), arr, 0, pool, chunk=16 << 20)
+        return _host_buffer(torch, _shape(spec, n), fill)
+
+
 def _upload(torch, fd, spec, n, dev):
-    """The file's rows to a new device tensor, through two pinned chunk buffers: reading chunk k+1
-    overlaps the copy of chunk k (on a side stream; the host waits on its own events only)."""
+    """The file's rows to a new device tensor (see _Uploader)."""
     data = torch.empty(_shape(spec, n), dtype=torch.uint8, device=dev)
-    flat = data.view(-1)
-    total = n * spec.frame_bytes
-    if total == 0:
-        return data
-    chunk = max(spec.frame_bytes, UPLOAD_CHUNK // spec.frame_bytes * spec.frame_bytes)
-    bufs = [torch.empty(min(chunk, total), dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-    events = [None, None]
-    stream = torch.cuda.Stream(dev)
-    # one thread's pread from the page cache moved ~4.5 GB/s on the H100 host (3.9x the cold decode);
-    # the copy engine takes ~25 GB/s, so each chunk is read by up to 16 threads in 16 MB pieces
-    pool = ThreadPoolExecutor(min(16, cpu_count()), thread_name_prefix="robocache-upload")
-    for k, start in enumerate(range(0, total, chunk)):
-        size = min(chunk, total - start)
-        b = k % 2
-        if events[b] is not None:
-            events[b].synchronize()  # the copy that last read this buffer is done
-        _pread_into(fd, _np(bufs[b])[:size], start, pool, chunk=16 << 20)
-        with torch.cuda.stream(stream):
-            flat[start:start + size].copy_(bufs[b][:size], non_blocking=True)
-            events[b] = stream.record_event()
-    stream.synchronize()
-    pool.shutdown()
+    with _Uploader(torch, data, fd) as up:
+        up.span(0, n * spec.frame_bytes)
     return data
+
+
+class _Uploader:
+    """Byte spans of a file to the same spans of a device tensor, through two pinned chunk buffers:
+    reading chunk k+1 overlaps the copy of chunk k (on a side stream; the host waits on its own
+    events only). One thread's pread from the page cache moved ~4.5 GB/s on the H100 host (3.9x the
+    cold decode) and the copy engine takes ~25 GB/s, so each chunk is read by up to 16 threads in
+    16 MB pieces."""
+
+    def __init__(self, torch, data, fd):
+        self.torch, self.flat, self.fd = torch, data.view(-1), fd
+        size = min(UPLOAD_CHUNK, self.flat.numel())
+        self.bufs = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for _ in range(2)] if size else []
+        self.events = [None, None]
+        self.k = 0
+        self.stream = torch.cuda.Stream(data.device)
+        self.pool = ThreadPoolExecutor(min(16, cpu_count()), thread_name_prefix="robocache-upload")
+
+    def span(self, start: int, nbytes: int) -> None:
+        for at in range(start, start + nbytes, UPLOAD_CHUNK):
+            size = min(UPLOAD_CHUNK, start + nbytes - at)
+            b = self.k % 2
+            self.k += 1
+            if self.events[b] is not None:
+                self.events[b].synchronize()  # the copy that last read this buffer is done
+            _pread_into(self.fd, _np(self.bufs[b])[:size], at, self.pool, chunk=16 << 20)
+            with self.torch.cuda.stream(self.stream):
+                self.flat[at:at + size].copy_(self.bufs[b][:size], non_blocking=True)
+                self.events[b] = self.stream.record_event()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.synchronize()
+        self.pool.shutdown()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -785,6 +813,11 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
     fb = spec.frame_bytes
     nbytes = n_total * fb
     workers = max(1, min(int(workers or cpu_count()), len(paths)))
+    if decode_in_processes(workers, backend):
+        res = _decode_all_processes(torch, paths, spec, counts, tier=tier, dev=dev, entry=entry, options=options,
+                                    workers=workers, show_progress=show_progress, desc=desc)
+        if res is not None:
+            return res
     threads = decoder_threads(workers)
 
     # the sources as they were when decoding began: the entry's key must describe the bytes decoded
@@ -887,29 +920,196 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
             _cache.warn(f"robocache could not write its cache in {writer.root} ({writes.failed[0]}); "
                         f"going on without a cache")
             writer.abort()
-        elif entry is not None and _stat_or_none(paths) != sources:
-            _cache.warn("robocache did not keep a cache entry: a source file changed while it was decoded")
-            if tier != "disk":
-                writer.abort()
-        elif entry is not None:
-            try:
-                all_times = np.concatenate(times) if times else np.zeros(0)
-                cache_path = str(writer.commit(key=_cache.entry_key(sources, options), spec=spec.to_dict(),
-                                               counts=counts, times=all_times, sources=sources, options=options))
-            except OSError as e:
-                writer.abort()
-                if tier == "disk":
-                    raise _cache.CacheError(e.errno, f"tier='disk' could not finish its cache file in "
-                                                     f"{writer.root} ({e})") from e
-                _cache.warn(f"robocache could not write its cache in {writer.root} ({e}); going on without it")
+        else:
+            cache_path = _commit(writer, entry, paths, sources, options, spec, counts, times, tier)
         if tier == "disk":
-            if cache_path is not None:
-                data = _map_file(torch, cache_path, spec, n_total)
-            else:  # cache=False: a file of our own, gone from the directory once mapped
-                os.close(writer.fd)
-                writer.fd = -1
-                data = _map_file(torch, writer.path, spec, n_total)
-                writer.abort()
+            data = _map_file(torch, cache_path or writer.path, spec, n_total)
+            if cache_path is None:
+                writer.abort()  # cache=False: a file of our own, gone from the directory once mapped
+    return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
+                    cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
+
+
+# ---------------------------------------------------------------------------------------------
+# decoding in processes
+
+
+def decode_in_processes(workers: int, backend: str) -> bool:
+    """Whether files decode in processes of their own (PyAV only): DECODE_PROCESSES when set; else
+    from PROCESS_MIN_WORKERS files at once. Threads of one process share its GIL, and every frame
+    takes it a few times (PyAV's frame objects, the copy's call): on the H100 host, 32 real AV1
+    files on 16 workers decoded with planes copied out at 1,677-2,361 frames/s on threads against
+    3,174-3,340 in processes (PyAV alone, planes untouched: 2,299-3,162 on threads, 4,033-5,192 in
+    processes). On 2 cores threads were as fast, and a process pool costs 0.1-0.2 s to start."""
+    if backend != "pyav" or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    if DECODE_PROCESSES is not None:
+        return DECODE_PROCESSES
+    return workers >= PROCESS_MIN_WORKERS
+
+
+class _Flag:
+    """threading.Event's is_set over a shared byte: the parent's stop, seen by its decode processes."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def is_set(self) -> bool:
+        return bool(self.value.value)
+
+
+class _Counter:
+    """A decode process's frames done, in the shared array the parent's progress bar reads."""
+
+    def __init__(self, done, i: int):
+        self.done, self.i = done, i
+
+    def __call__(self, n=1):
+        self.done[self.i] += n
+
+
+_SHARED = {}  # in a decode process: the parent's stop flag and progress array (_start_decoder)
+
+
+def _start_decoder(stop, done) -> None:
+    _SHARED.update(stop=_Flag(stop), done=done)
+
+
+def _decode_file_to(i: int, path: str, data_path: str, first_row: int, n: int, spec: FrameSpec, threads: int,
+                    chunk: int):
+    """In a decode process: file `path` into rows [first_row, first_row + n) of the file at
+    `data_path`, from a ring of two halves whose writes run on a thread while the decoder goes on.
+    Returns the frame times (None when stopped)."""
+    fb = spec.frame_bytes
+    fd = os.open(data_path, os.O_WRONLY)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="robocache-write")
+    ring = np.empty((min(2 * chunk, n), fb), np.uint8)
+
+    def write(first, sl):
+        return _Done(None, pool.submit(_pwrite, fd, ring[sl], (first_row + first) * fb))
+
+    try:
+        out = _Rows(n, ring, write, chunk=chunk)
+        times = _DECODE_INTO["pyav"](path, out, spec, threads, _Counter(_SHARED["done"], i), _SHARED["stop"])
+        if times is not None:
+            out.finish(n)
+        return times
+    finally:
+        pool.shutdown(wait=True)
+        os.close(fd)
+
+
+def _pwrite(fd: int, rows: np.ndarray, offset: int) -> None:
+    view = memoryview(rows.reshape(-1))
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def _decode_processes(paths, spec, counts, offsets, *, workers, data_path, chunk, bar, on_file) -> list:
+    """Every file, in `workers` processes, into the file at `data_path` (rows in the order of
+    paths); `on_file(i)` runs in this process once file i is written. Returns the times by file."""
+    # forked, as torch's DataLoader workers are: ready at once with every module imported, and the
+    # caller's script is not run again in each (spawn and forkserver re-import the main module, which
+    # a script without an `if __name__ == "__main__"` guard would run again). A decode process runs
+    # PyAV, NumPy and pwrite only: none of the locks a thread of this process may hold at the fork
+    ctx = multiprocessing.get_context("fork")
+    stop, done = ctx.RawValue("b", 0), ctx.RawArray("q", len(paths))
+    threads = decoder_threads(workers)
+    shown = 0
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_decoder, initargs=(stop, done))
+    futures = []
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+            # the pool forks its processes in submit
+            futures = [pool.submit(_decode_file_to, i, paths[i], str(data_path), int(offsets[i]), int(counts[i]),
+                                   spec, threads, chunk) for i in range(len(paths))]
+        index = {f: i for i, f in enumerate(futures)}
+        left = set(futures)
+        while left:
+            finished, left = wait(left, timeout=0.1, return_when=FIRST_COMPLETED)
+            if bar is not None:
+                total = sum(done)
+                bar.update(total - shown)
+                shown = total
+            for f in sorted(finished, key=index.get):
+                if f.exception() is None:
+                    on_file(index[f])
+            if _errors(finished):
+                break
+    finally:
+        if not all(f.done() for f in futures) or _errors(futures):
+            stop.value = 1  # an error or an interrupt: the other processes stop at their next frame
+        pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
+    errors = _errors(futures)
+    if errors:
+        raise errors[0]  # the first failing file in the order of paths
+    return [f.result() for f in futures]
+
+
+def _commit(writer, entry, paths, sources, options, spec, counts, times, tier):
+    """Commits the writer's file as the cache entry; returns its path, or None (warned) where it is
+    not kept: no entry asked for, a source changed while it was decoded, the commit failed (tier
+    "disk": CacheError). An entry not kept is removed, except tier disk's file (the caller maps it)."""
+    if entry is None:
+        return None
+    if _stat_or_none(paths) != sources:
+        _cache.warn("robocache did not keep a cache entry: a source file changed while it was decoded")
+        if tier != "disk":
+            writer.abort()
+        return None
+    try:
+        all_times = np.concatenate(times) if times else np.zeros(0)
+        return str(writer.commit(key=_cache.entry_key(sources, options), spec=spec.to_dict(), counts=counts,
+                                 times=all_times, sources=sources, options=options))
+    except OSError as e:
+        writer.abort()
+        if tier == "disk":
+            raise _cache.CacheError(e.errno, f"tier='disk' could not finish its cache file in {writer.root} ({e})") from e
+        _cache.warn(f"robocache could not write its cache in {writer.root} ({e}); going on without it")
+        return None
+
+
+def _decode_all_processes(torch, paths, spec, counts, *, tier, dev, entry, options, workers, show_progress,
+                          desc):
+    """_decode_all with the decoders in processes (decode_in_processes): every tier decodes into a
+    file, the cache entry's (or a temporary one with cache=False), which the decode processes write
+    through the page cache. Tier disk maps it; tier host keeps its pages (pinned in place for a GPU:
+    one copy of the frames in RAM); tier device uploads each file's rows as the file is complete.
+    None where no file can be had in the cache directory (the caller decodes on threads)."""
+    counts = np.asarray(counts, np.int64)
+    offsets = _offsets(counts)
+    n_total = int(offsets[-1])
+    fb = spec.frame_bytes
+    sources = _cache.stat_sources(paths) if entry is not None else None
+    writer = _open_writer(entry, entry.name if entry is not None else "nocache", n_total * fb, tier,
+                          required=(tier == "disk"))
+    if writer is None:
+        return None
+    chunk = max(1, min(int(counts.max()), STAGE_BYTES // 2 // fb))
+    data = torch.empty(_shape(spec, n_total), dtype=torch.uint8, device=dev) if tier == "device" else None
+    up = _Uploader(torch, data, writer.fd) if tier == "device" else contextlib.nullcontext()
+    try:
+        with up:
+            def on_file(i):
+                if tier == "device":
+                    up.span(int(offsets[i]) * fb, int(counts[i]) * fb)
+            times = _decode_processes(paths, spec, counts, offsets, workers=workers, data_path=writer.path, chunk=chunk,
+                                      bar=_progress_bar(n_total, desc, show_progress), on_file=on_file)
+    except BaseException:
+        writer.abort()
+        raise
+    cache_path = _commit(writer, entry, paths, sources, options, spec, counts, times, tier)
+    path = cache_path or writer.path
+    if tier == "disk":
+        data = _map_file(torch, path, spec, n_total)
+    elif tier == "host":
+        data = _file_pages(torch, path, spec, n_total)
+    if cache_path is None:
+        writer.abort()  # a file of our own (cache=False, or not kept), gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
                     cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
 

@@ -3,24 +3,24 @@
 torch's ``pin_memory=True`` goes through its caching host allocator, which rounds every block up to
 a power of two: 75 GB of frames would ask the driver for 128 GB and fail on a 128 GB machine (measured
 on the H100 host: ``CUDA error: out of memory`` for a 75 GB pinned tensor with 122 GB free). Here the
-pages come from an anonymous map and are page-locked and mapped for the GPU with ``cudaHostRegister``;
-the registration is undone when the last tensor over them is gone.
+pages come from an anonymous map and are page-locked and mapped for the GPU with ``cudaHostRegister``
+(``_C._host_register``); the registration is undone when the last tensor over them is gone.
 
-A cache file's pages are not pinned in place: registering a private map of a 174 MB cache file did not
-return in 4 minutes on the H100 host (driver 580.159), where a small one registered at once. The host
-tier loaded from the cache fills fresh memory from the file in parallel instead (``pinned_empty(fill=)``).
+A cache file's pages are pinned in place (``pinned_file``): a shared read-only map, registered
+read-only, is the page cache's own pages, with no copy and no second copy of the frames in RAM.
+On the H100 host (driver 580.159) a private map of a file never registered: writable, a 174 MB
+cache file did not return in 4 minutes; read-only, a 0.88 GB one not in 90 s. A shared read-only
+map registered in 0.15 s (0.88 GB) and 0.18-0.21 s (3.5 GB).
 """
 
 from __future__ import annotations
 
 import mmap
+import warnings
 import weakref
 
 import numpy as np
 
-# cudaHostRegisterPortable | cudaHostRegisterMapped: every context sees the pages, device pointer = host
-# pointer under unified addressing (what the gather kernel reads)
-_FLAGS = 1 | 2
 # madvise: map every page of the range readable in one call (Linux 5.14); on a private file map it
 # points at the page cache, no copy-on-write break (MAP_POPULATE would copy every page of a writable one)
 _MADV_POPULATE_READ = 22
@@ -35,9 +35,17 @@ def _advise(region, advice: int) -> None:
         pass
 
 
+def _register(ptr: int, nbytes: int, read_only: bool = False) -> None:
+    from .. import _C
+    _C._host_register(ptr, nbytes, read_only)
+
+
 def _unregister(ptr: int) -> None:
-    import torch
-    torch.cuda.cudart().cudaHostUnregister(ptr)
+    from .. import _C
+    try:
+        _C._host_unregister(ptr)
+    except _C.CudaError:
+        pass  # at interpreter exit the runtime may be gone before the memory; the process frees both
 
 
 def pinned_empty(shape, dtype=np.uint8, fill=None):
@@ -65,12 +73,43 @@ def pinned_empty(shape, dtype=np.uint8, fill=None):
     if fill is not None:
         fill(arr)
     ptr = arr.ctypes.data
-    err = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, _FLAGS)
-    if int(getattr(err, "value", err)) != 0:
-        raise MemoryError(f"cannot pin {nbytes / 1e9:.2f} GB of host memory for the GPU (cudaHostRegister error "
-                          f"{int(getattr(err, 'value', err))}); lower host_memory= or use frames='disk'")
+    try:
+        _register(ptr, nbytes)
+    except RuntimeError as e:
+        raise MemoryError(f"cannot pin {nbytes / 1e9:.2f} GB of host memory for the GPU ({e}); lower host_memory= "
+                          "or use frames='disk'") from None
     weakref.finalize(arr, _unregister, ptr)
     return torch.from_numpy(arr)
+
+
+def pinned_file(path, shape):
+    """The first ``prod(shape)`` bytes of the file at ``path`` as a uint8 CPU tensor over the page
+    cache's own pages, pinned in place for the GPU (see the module's note). None where the driver
+    refuses (the caller reads the file into ``pinned_empty`` instead) or without a GPU.
+
+    The map is read-only: the frames are only ever read, and a write would be a segfault rather
+    than a change to the cache. Measured on the H100 host against reading the file into fresh
+    memory with 16 threads and pinning that: 3.5 GB in 0.18-0.21 s against 0.34-0.42 s."""
+    import torch
+    shape = tuple(int(s) for s in shape)
+    nbytes = int(np.prod(shape))
+    if nbytes == 0 or not torch.cuda.is_available():
+        return None
+    with open(path, "rb") as f:
+        region = mmap.mmap(f.fileno(), nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    _advise(region, _MADV_POPULATE_READ)
+    arr = np.frombuffer(region, np.uint8).reshape(shape)
+    ptr = arr.ctypes.data
+    try:
+        _register(ptr, nbytes, read_only=True)
+    except RuntimeError:
+        arr = None  # the array holds the map's buffer: released so that the map closes
+        region.close()
+        return None
+    weakref.finalize(arr, _unregister, ptr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about non-writable arrays
+        return torch.from_numpy(arr)
 
 
 def file_pages(path, shape):

@@ -929,3 +929,30 @@ def test_processes_count_frames_for_the_progress_bar(clips, monkeypatch):
     monkeypatch.setattr(rc_ingest, "_progress_bar", lambda total, desc, enable: Bar(total=total, disable=False))
     res = ingest_videos(clips["av1"], tier="disk", cache=False, workers=2)
     assert len(bars) == 1 and bars[0].n == bars[0].total == res.offsets[-1]
+
+
+def test_processes_and_a_full_disk(clips, cache_env, monkeypatch):
+    """No room for the file at the start: the threads decode instead, with one warning (theirs).
+    The disk filling up while the processes write: CacheError naming the way out, no entry left."""
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = ingest_videos(clips["av1"], tier="host", workers=2)
+    assert len(seen) == 1 and seen[0].category is rc_cache.CacheWarning and "No space left" in str(seen[0].message)
+    np.testing.assert_array_equal(rows(res, 1), pyav_yuv(clips["av1"][1])[0])
+    monkeypatch.undo()
+    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+
+    def write_fails(fd, rows, offset):  # the decode processes are forks: they run this
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rc_ingest, "_pwrite", write_fails)
+    for tier in ("host", "disk"):
+        with pytest.raises(rc_cache.CacheError, match=r"in processes .*No space left.*ROBOCACHE_DECODE_PROCESSES=0"):
+            ingest_videos(clips["av1"], tier=tier, workers=2)
+    assert [n for n in entry_files(cache_env) if not n.endswith(".lock")] == []

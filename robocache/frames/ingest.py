@@ -693,9 +693,9 @@ def _progress_bar(total, desc, enable):
     return tqdm(total=total, desc=desc or "decoding", unit="frame", unit_scale=False, leave=False, smoothing=0.1)
 
 
-def _open_writer(entry, name, nbytes, tier, required, direct=False):
-    """An EntryWriter in the cache dir, or None (warned) when it cannot be had and is not required;
-    tier "disk" requires it: CacheError naming the directory and the bytes."""
+def _open_writer(entry, name, nbytes, tier, required, direct=False, warn=True):
+    """An EntryWriter in the cache dir, or None (warned, unless not `warn`) when it cannot be had and
+    is not required; tier "disk" requires it: CacheError naming the directory and the bytes."""
     root = entry.root if entry is not None else _cache.frames_dir()
     try:
         return _cache.EntryWriter(root, name, nbytes, direct=direct)
@@ -705,6 +705,8 @@ def _open_writer(entry, name, nbytes, tier, required, direct=False):
                 e.errno, f"tier='disk' needs a {_cache.human_bytes(nbytes)} ({nbytes} bytes) file for the decoded "
                 f"frames in {root}, and cannot have it ({e.strerror or e}): free space there, point "
                 f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host' (or resize)") from e
+        if not warn:
+            return None
         _cache.warn(f"robocache cannot write its cache in {root} ({e.strerror or e}; {_cache.human_bytes(nbytes)} "
                     f"needed); going on without a cache")
         return None
@@ -1085,8 +1087,9 @@ def _decode_all_processes(torch, paths, spec, counts, *, tier, dev, entry, optio
     n_total = int(offsets[-1])
     fb = spec.frame_bytes
     sources = _cache.stat_sources(paths) if entry is not None else None
+    # not warned here: the threads then decode, and say so themselves when the cache cannot be had
     writer = _open_writer(entry, entry.name if entry is not None else "nocache", n_total * fb, tier,
-                          required=(tier == "disk"))
+                          required=(tier == "disk"), warn=False)
     if writer is None:
         return None
     chunk = max(1, min(int(counts.max()), STAGE_BYTES // 2 // fb))
@@ -1099,6 +1102,13 @@ def _decode_all_processes(torch, paths, spec, counts, *, tier, dev, entry, optio
                     up.span(int(offsets[i]) * fb, int(counts[i]) * fb)
             times = _decode_processes(paths, spec, counts, offsets, workers=workers, data_path=writer.path, chunk=chunk,
                                       bar=_progress_bar(n_total, desc, show_progress), on_file=on_file)
+    except OSError as e:  # the file is the frames here, whatever the tier: a failed write fails the ingest
+        writer.abort()
+        raise _cache.CacheError(
+            e.errno, f"robocache decodes these {len(paths)} files in processes into one "
+            f"{_cache.human_bytes(n_total * fb)} file in {writer.root}, and could not write it ({e.strerror or e}): "
+            f"free space there, point ROBOCACHE_CACHE_DIR at a larger local disk, or decode on threads "
+            f"(ROBOCACHE_DECODE_PROCESSES=0)") from e
     except BaseException:
         writer.abort()
         raise

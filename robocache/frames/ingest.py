@@ -521,9 +521,11 @@ def ingest_videos(paths, *, tier: str, device=None, resize=None, backend: str = 
         PyAV gives YUV 4:2:0 frames, the others RGB (``spec.format``).
     cache : bool
         Read a valid cache entry instead of decoding, and write one after decoding. False neither
-        reads nor writes (tier "disk" still needs a file: a temporary one, deleted once mapped).
+        reads nor writes (tier "disk", and decoding in processes, still need a file: a temporary
+        one in the cache directory, deleted once mapped).
     workers : int, optional
-        Files decoded at once (default: one per core, at most one per file).
+        Files decoded at once (default: one per core, at most one per file); from 8 at once, PyAV
+        decodes in processes of their own (``decode_in_processes``; ROBOCACHE_DECODE_PROCESSES=0/1).
     show_progress : bool, optional
         A progress bar in frames/s (default: when stderr is a TTY; tqdm needed).
     desc : str

@@ -90,10 +90,11 @@ def test_host_tier_from_the_cache_is_pinned(tmp_path, rng, monkeypatch, in_place
     torch.cuda.synchronize()                                # no error left for a later launch check
 
 
-def test_device_tier_decodes_like_host(tmp_path, monkeypatch):
+def encode_clips(tmp_path, counts):
+    """H.264 clips of random 64x96 frames, `counts[i]` frames in clip i (needs PyAV)."""
     av = pytest.importorskip("av")
     paths = []
-    for i, n in enumerate((9, 14)):
+    for i, n in enumerate(counts):
         p = str(tmp_path / f"v{i}.mp4")
         with av.open(p, "w") as c:
             s = c.add_stream("libx264", rate=10)
@@ -106,6 +107,11 @@ def test_device_tier_decodes_like_host(tmp_path, monkeypatch):
             for pkt in s.encode():
                 c.mux(pkt)
         paths.append(p)
+    return paths
+
+
+def test_device_tier_decodes_like_host(tmp_path, monkeypatch):
+    paths = encode_clips(tmp_path, (9, 14))
     host = ingest_videos(paths, tier="host", cache=False)
     monkeypatch.setattr(rc_ingest, "STAGE_BYTES", 4 * host.spec.frame_bytes)  # the ring wraps
     dev = ingest_videos(paths, tier="device")
@@ -119,21 +125,7 @@ def test_device_tier_decodes_like_host(tmp_path, monkeypatch):
 def test_processes_decode_like_threads(tmp_path, monkeypatch, tier):
     """Decoded in processes, the device tier uploads each file's rows as the file is complete and
     the host tier is the entry file's pages pinned in place: the bytes the threads decode."""
-    av = pytest.importorskip("av")
-    paths = []
-    for i, n in enumerate((9, 14, 5)):
-        p = str(tmp_path / f"v{i}.mp4")
-        with av.open(p, "w") as c:
-            s = c.add_stream("libx264", rate=10)
-            s.width, s.height, s.pix_fmt = 96, 64, "yuv420p"
-            rng = np.random.default_rng(i)
-            for _ in range(n):
-                img = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
-                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                    c.mux(pkt)
-            for pkt in s.encode():
-                c.mux(pkt)
-        paths.append(p)
+    paths = encode_clips(tmp_path, (9, 14, 5))
     ref = ingest_videos(paths, tier="host", cache=False)
     monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
     monkeypatch.setattr(rc_ingest, "UPLOAD_CHUNK", 4 * ref.spec.frame_bytes)  # both pinned buffers, many times

@@ -809,6 +809,24 @@ def _errors(futures) -> list:
     return [f.exception() for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
 
 
+def _end_pool(pool, futures, stop, bar) -> None:
+    """The end of a decode pool (threads or processes), however it ends: after an error or an
+    interrupt `stop` is set, so the other decoders stop at their next frame; then the pool is shut
+    down (queued files cancelled) and the progress bar closed."""
+    if not all(f.done() for f in futures) or _errors(futures):
+        stop.set()
+    pool.shutdown(wait=True, cancel_futures=True)
+    if bar is not None:
+        bar.close()
+
+
+def _raise_first(futures) -> None:
+    """Raises the error of the first failing file in the order of paths, if any."""
+    errors = _errors(futures)
+    if errors:
+        raise errors[0]
+
+
 def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, options, workers, show_progress,
                 desc) -> Ingested:
     counts = np.asarray(counts, np.int64)
@@ -888,14 +906,8 @@ def _decode_all(torch, paths, spec, counts, *, tier, dev, backend, entry, option
             futures = [pool.submit(work, i, host) for i in range(len(paths))]
             wait(futures, return_when=FIRST_EXCEPTION)
         finally:
-            if not all(f.done() for f in futures) or _errors(futures):
-                stop.set()  # an error or an interrupt: the other workers stop at their next frame
-            pool.shutdown(wait=True, cancel_futures=True)
-            if bar is not None:
-                bar.close()
-        errors = _errors(futures)
-        if errors:
-            raise errors[0]  # the first failing file in the order of paths
+            _end_pool(pool, futures, stop, bar)
+        _raise_first(futures)
         for f in pending:
             f.result()  # the host buffer is pinned (moved under the driver) once nothing reads it
         return [f.result() for f in futures]
@@ -953,10 +965,14 @@ def decode_in_processes(workers: int, backend: str) -> bool:
 
 
 class _Flag:
-    """threading.Event's is_set over a shared byte: the parent's stop, seen by its decode processes."""
+    """threading.Event's set and is_set over a shared byte: the parent's stop, seen by its decode
+    processes."""
 
     def __init__(self, value):
         self.value = value
+
+    def set(self) -> None:
+        self.value.value = 1
 
     def is_set(self) -> bool:
         return bool(self.value.value)
@@ -1043,14 +1059,8 @@ def _decode_processes(paths, spec, counts, offsets, *, workers, data_path, chunk
             if _errors(finished):
                 break
     finally:
-        if not all(f.done() for f in futures) or _errors(futures):
-            stop.value = 1  # an error or an interrupt: the other processes stop at their next frame
-        pool.shutdown(wait=True, cancel_futures=True)
-        if bar is not None:
-            bar.close()
-    errors = _errors(futures)
-    if errors:
-        raise errors[0]  # the first failing file in the order of paths
+        _end_pool(pool, futures, _Flag(stop), bar)
+    _raise_first(futures)
     return [f.result() for f in futures]
 
 

@@ -613,7 +613,7 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts, workers)
         data = _map_file(torch, entry.data_path, spec, n)
     elif tier == "host":
         # the cache file's own pages: one copy of the frames in RAM, no fresh memory, no copy; pinned in
-        # place for a GPU (0.06 s per GB on the H100 host), plain without one (0.1 s against 1.0 s for
+        # place for a GPU (72-97 ms for 3.5 GB on the H100 host), plain without one (0.1 s against 1.0 s for
         # the real AV1 set on the 2-core machine)
         data = _file_pages(torch, entry.data_path, spec, n)
     else:

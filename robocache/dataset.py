@@ -66,6 +66,29 @@ def _lerobot_shard(path, shard_episodes, episodes, video_resize):
     return mine, (rank, world, samples)
 
 
+def _check_spans(video: dict, counts, ids) -> None:
+    """A LeRobot v3.0 episode's span of a shared mp4 must hold one frame per parquet row: else the span and
+    the rows describe different things (a wrong from/to_timestamp), and no frame could be trusted."""
+    from .readers import ReaderError
+    for src, n, rows, e in zip(video["sources"], counts, video["rows"], ids):
+        if not src.whole and int(n) != int(rows):
+            raise ReaderError(f"{src}, episode {e}: the span [from_timestamp, to_timestamp) holds {int(n)} video "
+                              f"frames, the episode has {int(rows)} rows in the data files")
+
+
+def _check_span_times(where: str, frame_t, parquet_t, fps: float) -> None:
+    """Each frame of a v3.0 span within 1/fps of its row's timestamp (the frame LeRobot would pick)."""
+    from .readers import ReaderError
+    if len(frame_t) != len(parquet_t) or not len(frame_t):
+        return
+    d = np.abs(np.asarray(frame_t, np.float64) - np.asarray(parquet_t, np.float64))
+    k = int(np.argmax(d))
+    if d[k] > 1.0 / fps:
+        raise ReaderError(f"{where}: frame {k} is at {frame_t[k]:.4f} s from the span's start, its row's "
+                          f"timestamp is {parquet_t[k]:.4f} s ({d[k]:.4f} s apart, more than 1/fps = "
+                          f"{1.0 / fps:.4f} s)")
+
+
 def _default_device():
     torch = _torch()
     if torch.cuda.is_available():
@@ -1069,16 +1092,17 @@ class Dataset:
         ``observation.images.ego_view``); times are the ``timestamp`` column (seconds).
         """
         from .readers import read_lerobot
+        from .video import check_resize, resolve_backend
+        video_resize = check_resize(video_resize)
+        if load_video:
+            resolve_backend(video_backend)      # a bad name or no decoder: before anything is read
+        if video_timestamps not in ("pts", "parquet"):
+            raise ValueError(f"video_timestamps must be 'pts' or 'parquet', got {video_timestamps!r}")
         shard = None
         if shard_episodes:
             episodes, shard = _lerobot_shard(path, shard_episodes, episodes, video_resize)
-        kw = dict(load_video=load_video, video_resize=video_resize, video_backend=video_backend, episodes=episodes,
-                  modality_subkeys=modality_subkeys, annotations=annotations, video_timestamps=video_timestamps,
-                  show_progress=show_progress, max_workers=max_workers, missing_files=missing_files)
-        try:
-            eps = read_lerobot(path, video_sources=load_video, **kw)
-        except NotImplementedError:        # LeRobot v3.0: many episodes per video file, decoded to RGB
-            eps = read_lerobot(path, **kw)
+        eps = read_lerobot(path, load_video=load_video, episodes=episodes, modality_subkeys=modality_subkeys,
+                           annotations=annotations, max_workers=max_workers, missing_files=missing_files)
         videos = eps.extra.get("videos") or {}
         if not videos:
             ds = cls._from_read(eps, device, validate)
@@ -1091,19 +1115,24 @@ class Dataset:
             dev = torch.device("cuda", torch.cuda.current_device())
         other = sum(np.asarray(v).nbytes + np.asarray(t).nbytes for ep in eps.episodes for v, t in ep.values()
                     if not isinstance(v, list))
-        loaded = load_videos({k: v["paths"] for k, v in videos.items()}, device=dev, frames=frames,
+        ids = eps.extra["episode_index"]
+        loaded = load_videos({k: v["sources"] for k, v in videos.items()}, device=dev, frames=frames,
                              device_memory=device_memory, host_memory=host_memory, resize=video_resize,
                              backend=video_backend, cache=cache, workers=max_workers, show_progress=show_progress,
-                             other_device_bytes=other, source=str(path), jpeg_qscale=jpeg_qscale)
+                             other_device_bytes=other, source=str(path), jpeg_qscale=jpeg_qscale,
+                             check=lambda k, counts: _check_spans(videos[k], counts, ids))
         stored = {}
         for k, (store, times) in loaded.items():
-            for i, (t, rows, p) in enumerate(zip(times, videos[k]["rows"], videos[k]["paths"])):
-                where = f"{p}, episode {eps.extra['episode_index'][i]}"
+            for i, (t, rows, src) in enumerate(zip(times, videos[k]["rows"], videos[k]["sources"])):
+                where = f"{src}, episode {ids[i]}"
+                parquet_t = next(iter(eps.episodes[i].values()))[1] if eps.episodes[i] else None
+                if not src.whole and parquet_t is not None:
+                    _check_span_times(where, t, parquet_t, videos[k]["fps"])
                 if video_timestamps == "parquet":
                     if len(t) != rows:
                         raise ValueError(f"{where}: video_timestamps='parquet' needs one frame per row, the video "
                                          f"has {len(t)} frames and the parquet {rows} rows")
-                    times[i] = next(iter(eps.episodes[i].values()))[1]
+                    times[i] = parquet_t
                 elif len(t) != rows:
                     warnings.warn(f"{where}: {len(t)} video frames for {rows} parquet rows", stacklevel=2)
             stored[k] = (store, times)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from robocache import _C
-from robocache.frames.planes import copy_planes, yuv420_geometry
+from robocache.video.layout import copy_planes, yuv420_geometry
 
 
 class Plane(bytearray):

@@ -27,11 +27,16 @@ pytestmark = pytest.mark.usefixtures("cache_env")
 torch = pytest.importorskip("torch")
 
 from conftest import mapped_file  # noqa: E402
+from robocache.frames import buffers as rc_buffers  # noqa: E402
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
-from robocache.frames.ingest import FrameSpec, ingest_videos, probe_videos  # noqa: E402
+from robocache.frames import processes as rc_processes  # noqa: E402
+from robocache.frames import writes as rc_writes  # noqa: E402
+from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
 from robocache.readers import ReaderError, decode_video  # noqa: E402
-from robocache.readers import video as rc_video  # noqa: E402
+from robocache.video import decode as rc_decode  # noqa: E402
+from robocache.video import probe as rc_video  # noqa: E402
+from robocache.video import probe_sources as probe_videos  # noqa: E402
 
 REAL = "cr5_flashdrive_av1/videos/chunk-000/observation.images.top"
 AV1_OPTS = {"g": "2", "crf": "30"}  # LeRobot's encoder settings (libsvtav1, yuv420p)
@@ -136,8 +141,8 @@ def no_decoding(monkeypatch):
     """Makes any decode or probe fail: a result must then come from the cache."""
     def boom(*a, **k):
         raise AssertionError("decoded although a valid cache entry exists")
-    monkeypatch.setattr(rc_ingest, "_DECODE_INTO", {k: boom for k in rc_ingest._DECODE_INTO})
-    monkeypatch.setattr(rc_ingest, "probe_video", boom)
+    monkeypatch.setattr(rc_decode, "DECODERS", {k: boom for k in rc_decode.DECODERS})
+    monkeypatch.setattr(rc_video, "probe_video", boom)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +262,7 @@ def test_host_cache_written_as_it_is_decoded(clips, monkeypatch, direct, chunk):
     file decodes, in whatever order the chunks complete: whole blocks through O_DIRECT (the buffer
     is page-aligned), the partial blocks at a chunk's ends through the page cache; a filesystem
     refusing O_DIRECT (EINVAL) falls back to the page cache."""
-    monkeypatch.setattr(rc_ingest, "POPULATE_MIN_BYTES", 0)  # small clips get a page-aligned map too
+    monkeypatch.setattr(rc_buffers, "POPULATE_MIN_BYTES", 0)  # small clips get a page-aligned map too
     fb = 64 * 96 * 3 // 2  # 9216 bytes: chunks of 3 rows start off block boundaries
     if chunk:
         monkeypatch.setattr(rc_ingest, "STAGE_BYTES", 2 * chunk * fb)
@@ -334,8 +339,8 @@ def test_host_tier_from_the_cache_read_into_fresh_memory(clips, monkeypatch):
     into fresh memory by parallel readers (with a GPU: where the driver refuses to pin them in place):
     equal bytes."""
     first = ingest_videos(clips["h264"], tier="host")
-    monkeypatch.setattr(rc_ingest, "file_pages", lambda *a: None)
-    monkeypatch.setattr(rc_ingest, "pinned_file", lambda *a: None)
+    monkeypatch.setattr(rc_buffers, "file_pages", lambda *a: None)
+    monkeypatch.setattr(rc_buffers, "pinned_file", lambda *a: None)
     hit = ingest_videos(clips["h264"], tier="host")
     assert hit.from_cache and torch.equal(hit.data, first.data)
     assert mapped_file(hit.data.data_ptr()) != hit.cache_path
@@ -530,14 +535,14 @@ def test_spec_or_counts_from_the_plan_differ(clips):
 
 
 def test_failed_ingest_leaves_no_entry(clips, cache_env, monkeypatch):
-    real_decode = rc_ingest._DECODE_INTO["pyav"]
+    real_decode = rc_decode.DECODERS["pyav"]
 
-    def failing(path, *a, **k):
-        if path.endswith("_2.mp4"):
-            raise ReaderError(f"{path}: injected failure")
-        return real_decode(path, *a, **k)
+    def failing(job, *a, **k):
+        if job.path.endswith("_2.mp4"):
+            raise ReaderError(f"{job.path}: injected failure")
+        return real_decode(job, *a, **k)
 
-    monkeypatch.setitem(rc_ingest._DECODE_INTO, "pyav", failing)
+    monkeypatch.setitem(rc_decode.DECODERS, "pyav", failing)
     with pytest.raises(ReaderError, match="_2.mp4: injected"):
         ingest_videos(clips["h264"], tier="host")
     with pytest.raises(ReaderError, match="_2.mp4: injected"):
@@ -670,16 +675,16 @@ def test_bad_arguments(clips):
     p = clips["h264"]
     with pytest.raises(ValueError, match="tier must be one of"):
         ingest_videos(p, tier="gpu")
-    with pytest.raises(TypeError, match="paths must be a list"):
+    with pytest.raises(TypeError, match="sources must be a list"):
         ingest_videos(p[0], tier="host")
-    with pytest.raises(ValueError, match="paths is empty"):
+    with pytest.raises(ValueError, match="sources is empty"):
         ingest_videos([], tier="host")
     with pytest.raises(ValueError, match="video_resize must be"):
         ingest_videos(p, tier="host", resize=(0, 4))
     with pytest.raises(ValueError, match="spec and counts together"):
         ingest_videos(p, tier="host", counts=[1, 2, 3])
     spec, counts, _ = probe_videos(p)
-    with pytest.raises(ValueError, match="counts must hold one positive frame count per file"):
+    with pytest.raises(ValueError, match="counts must hold one positive frame count per source"):
         ingest_videos(p, tier="host", spec=spec, counts=counts[:2])
     with pytest.raises(ValueError, match="device=.* is for tier='device'"):
         ingest_videos(p, tier="host", device="cuda")
@@ -750,7 +755,8 @@ def test_codec_error_with_real_opencv(real):
 RSS_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import numpy as np, torch
-    from robocache.frames.ingest import ingest_videos, probe_videos
+    from robocache.frames.ingest import ingest_videos
+    from robocache.video import probe_sources as probe_videos
 
     def status(field):
         for line in open("/proc/self/status"):
@@ -807,15 +813,15 @@ def test_source_changing_during_ingest_is_not_cached(clips, tmp_path, monkeypatc
     paths = [str(tmp_path / f"s{i}.mp4") for i in range(2)]
     for src, dst in zip(clips["h264"], paths):
         Path(dst).write_bytes(Path(src).read_bytes())
-    real_decode = rc_ingest._DECODE_INTO["pyav"]
+    real_decode = rc_decode.DECODERS["pyav"]
 
-    def touching(path, *a, **k):
-        times = real_decode(path, *a, **k)
+    def touching(job, *a, **k):
+        times = real_decode(job, *a, **k)
         st = os.stat(paths[0])
         os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
         return times
 
-    monkeypatch.setitem(rc_ingest._DECODE_INTO, "pyav", touching)
+    monkeypatch.setitem(rc_decode.DECODERS, "pyav", touching)
     for tier in ("host", "disk"):
         with pytest.warns(rc_cache.CacheWarning, match="changed while it was decoded"):
             res = ingest_videos(paths, tier=tier)
@@ -825,25 +831,25 @@ def test_source_changing_during_ingest_is_not_cached(clips, tmp_path, monkeypatc
 
 def test_direct_writes_only_for_entries_large_against_the_ram(monkeypatch):
     monkeypatch.delenv("ROBOCACHE_CACHE_DIRECT", raising=False)
-    monkeypatch.setattr(rc_ingest, "_mem_available", lambda: 400)
-    assert rc_ingest._write_direct(101) and not rc_ingest._write_direct(100)
+    monkeypatch.setattr(rc_writes, "mem_available", lambda: 400)
+    assert rc_writes.write_direct(101) and not rc_writes.write_direct(100)
     monkeypatch.setenv("ROBOCACHE_CACHE_DIRECT", "0")
-    assert not rc_ingest._write_direct(10**12)
+    assert not rc_writes.write_direct(10**12)
     monkeypatch.setenv("ROBOCACHE_CACHE_DIRECT", "1")
-    assert rc_ingest._write_direct(1)
+    assert rc_writes.write_direct(1)
 
 
 def test_decoder_threads_follow_the_files_in_flight(clips, monkeypatch):
     """Auto threads per decoder while fewer files than cores decode at once, 2 once every core has a
     file; ROBOCACHE_DECODER_THREADS (DECODER_THREADS) wins over both."""
     seen = []
-    real = rc_ingest._DECODE_INTO["pyav"]
+    real = rc_decode.DECODERS["pyav"]
 
-    def spy(path, out, spec, threads, tick, stop):
+    def spy(job, out, spec, threads, tick, stop):
         seen.append(threads)
-        return real(path, out, spec, threads, tick, stop)
+        return real(job, out, spec, threads, tick, stop)
 
-    monkeypatch.setitem(rc_ingest._DECODE_INTO, "pyav", spy)
+    monkeypatch.setitem(rc_decode.DECODERS, "pyav", spy)
     monkeypatch.setattr(rc_ingest, "DECODER_THREADS", None)
     monkeypatch.setattr(rc_ingest, "cpu_count", lambda: 4)
     ingest_videos(clips["av1"], tier="host", cache=False)  # 3 files, 4 cores
@@ -864,14 +870,14 @@ def test_decoder_threads_follow_the_files_in_flight(clips, monkeypatch):
 
 
 def test_processes_only_for_pyav_and_many_files(monkeypatch):
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", None)
-    assert rc_ingest.decode_in_processes(rc_ingest.PROCESS_MIN_WORKERS, "pyav")
-    assert not rc_ingest.decode_in_processes(rc_ingest.PROCESS_MIN_WORKERS - 1, "pyav")
-    assert not rc_ingest.decode_in_processes(16, "opencv")
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
-    assert rc_ingest.decode_in_processes(2, "pyav") and not rc_ingest.decode_in_processes(1, "pyav")
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", False)
-    assert not rc_ingest.decode_in_processes(64, "pyav")
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", None)
+    assert rc_processes.decode_in_processes(rc_processes.PROCESS_MIN_WORKERS, "pyav")
+    assert not rc_processes.decode_in_processes(rc_processes.PROCESS_MIN_WORKERS - 1, "pyav")
+    assert not rc_processes.decode_in_processes(16, "opencv")
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
+    assert rc_processes.decode_in_processes(2, "pyav") and not rc_processes.decode_in_processes(1, "pyav")
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", False)
+    assert not rc_processes.decode_in_processes(64, "pyav")
 
 
 @pytest.mark.parametrize("tier", ["host", "disk"])
@@ -882,7 +888,7 @@ def test_processes_give_the_bytes_threads_give(clips, cache_env, monkeypatch, ti
     cache entry is the same, and cache=False leaves no file behind."""
     paths = clips["av1"]
     ref = ingest_videos(paths, tier="host", cache=False)
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
     monkeypatch.setattr(rc_ingest, "STAGE_BYTES", 6 * ref.spec.frame_bytes)  # 12, 17, 10 frames: 3 + 3 + ...
     res = ingest_videos(paths, tier=tier, cache=cache, workers=2, show_progress=False)
     assert not res.from_cache and res.spec == ref.spec
@@ -890,7 +896,7 @@ def test_processes_give_the_bytes_threads_give(clips, cache_env, monkeypatch, ti
     assert all(np.array_equal(a, b) for a, b in zip(res.times, ref.times))
     if cache:
         assert res.cache_path and mapped_file(res.data.data_ptr()) in (None, res.cache_path)
-        monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", False)
+        monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", False)
         no_decoding(monkeypatch)
         hit = ingest_videos(paths, tier="host")
         assert hit.from_cache and torch.equal(hit.data, ref.data)
@@ -901,15 +907,15 @@ def test_processes_give_the_bytes_threads_give(clips, cache_env, monkeypatch, ti
 def test_a_failing_file_in_a_process_names_it_and_leaves_no_entry(clips, cache_env, monkeypatch):
     """A decode process's error reaches the caller as it was raised (the file named), the other
     processes stop, and no entry or temporary file is left."""
-    real_decode = rc_ingest._DECODE_INTO["pyav"]
+    real_decode = rc_decode.DECODERS["pyav"]
 
-    def failing(path, *a, **k):  # the decode processes are forks: they run this too
-        if path.endswith("_1.mp4"):
-            raise ReaderError(f"{path}: injected failure")
-        return real_decode(path, *a, **k)
+    def failing(job, *a, **k):  # the decode processes are forks: they run this too
+        if job.path.endswith("_1.mp4"):
+            raise ReaderError(f"{job.path}: injected failure")
+        return real_decode(job, *a, **k)
 
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
-    monkeypatch.setitem(rc_ingest._DECODE_INTO, "pyav", failing)
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
+    monkeypatch.setitem(rc_decode.DECODERS, "pyav", failing)
     for tier in ("host", "disk"):
         with pytest.raises(ReaderError, match="_1.mp4: injected"):
             ingest_videos(clips["h264"], tier=tier, workers=2)
@@ -925,8 +931,8 @@ def test_processes_count_frames_for_the_progress_bar(clips, monkeypatch):
             super().__init__(*a, **k)
             bars.append(self)
 
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
-    monkeypatch.setattr(rc_ingest, "_progress_bar", lambda total, desc, enable: Bar(total=total, disable=False))
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_ingest, "progress_bar", lambda total, desc, enable: Bar(total=total, disable=False))
     res = ingest_videos(clips["av1"], tier="disk", cache=False, workers=2)
     assert len(bars) == 1 and bars[0].n == bars[0].total == res.offsets[-1]
 
@@ -934,7 +940,7 @@ def test_processes_count_frames_for_the_progress_bar(clips, monkeypatch):
 def test_processes_and_a_full_disk(clips, cache_env, monkeypatch):
     """No room for the file at the start: the threads decode instead, with one warning (theirs).
     The disk filling up while the processes write: CacheError naming the way out, no entry left."""
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
 
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -946,12 +952,12 @@ def test_processes_and_a_full_disk(clips, cache_env, monkeypatch):
     assert len(seen) == 1 and seen[0].category is rc_cache.CacheWarning and "No space left" in str(seen[0].message)
     np.testing.assert_array_equal(rows(res, 1), pyav_yuv(clips["av1"][1])[0])
     monkeypatch.undo()
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
 
     def write_fails(fd, rows, offset):  # the decode processes are forks: they run this
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rc_ingest, "_pwrite", write_fails)
+    monkeypatch.setattr(rc_processes, "pwrite", write_fails)
     for tier in ("host", "disk"):
         with pytest.raises(rc_cache.CacheError, match=r"in processes .*No space left.*ROBOCACHE_DECODE_PROCESSES=0"):
             ingest_videos(clips["av1"], tier=tier, workers=2)

@@ -13,8 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import mapped_file  # noqa: E402
+from robocache.frames import buffers as rc_buffers  # noqa: E402
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
+from robocache.frames import processes as rc_processes  # noqa: E402
 from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cache_env")]
@@ -45,7 +47,7 @@ def test_device_tier_from_cache(tmp_path, rng, monkeypatch, chunk_frames):
     spec = FrameSpec.make("yuv420", 45, 62)  # odd sizes: chroma rounds up
     counts = np.array([5, 7, 3], np.int64)
     paths, frames, times = write_entry(tmp_path, rng, counts, spec)
-    monkeypatch.setattr(rc_ingest, "UPLOAD_CHUNK", chunk_frames * spec.frame_bytes)
+    monkeypatch.setattr(rc_buffers, "UPLOAD_CHUNK", chunk_frames * spec.frame_bytes)
     res = ingest_videos(paths, tier="device", backend="pyav", desc="cam", spec=spec, counts=counts)
     assert res.from_cache and res.data.is_cuda and res.data.dtype == torch.uint8
     assert tuple(res.data.shape) == (15, spec.frame_bytes)
@@ -127,8 +129,8 @@ def test_processes_decode_like_threads(tmp_path, monkeypatch, tier):
     the host tier is the entry file's pages pinned in place: the bytes the threads decode."""
     paths = encode_clips(tmp_path, (9, 14, 5))
     ref = ingest_videos(paths, tier="host", cache=False)
-    monkeypatch.setattr(rc_ingest, "DECODE_PROCESSES", True)
-    monkeypatch.setattr(rc_ingest, "UPLOAD_CHUNK", 4 * ref.spec.frame_bytes)  # both pinned buffers, many times
+    monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
+    monkeypatch.setattr(rc_buffers, "UPLOAD_CHUNK", 4 * ref.spec.frame_bytes)  # both pinned buffers, many times
     res = ingest_videos(paths, tier=tier, workers=3)
     assert not res.from_cache and res.data.is_cuda == (tier == "device")
     assert torch.equal(res.data.cpu(), ref.data)

@@ -48,7 +48,10 @@ def test_groot_episodes_and_lengths(groot_eps):
     assert r.rates["observation.state"] == r.rates["action"] == r.rates[VIDEO] == 20.0
     for ep in r.episodes:
         assert ep["observation.state"][0].shape[1] == 44 and ep["action"][0].shape[1] == 44
-        assert ep[VIDEO][0].shape[0] == len(ep["action"][1])
+    v = r.extra["videos"][VIDEO]
+    assert v["rows"] == GROOT_LENGTHS and v["fps"] == 20.0
+    assert [Path(s.path).name for s in v["sources"]] == [f"episode_{e:06d}.mp4" for e in range(5)]
+    assert all(s.whole for s in v["sources"])  # v2.x: one file per episode, never decoded by the reader
     assert r.kinds[VIDEO] == "image" and r.kinds["observation.state"] == "continuous"
     assert r.tasks[0] == ["pick the pear from the counter and place it in the plate", "valid"]
     assert r.feature_names["observation.state"][:2] == ["motor_0", "motor_1"]
@@ -113,6 +116,13 @@ def test_groot_stats_from_file(groot, groot_eps):
     np.testing.assert_allclose(allstate.mean(0), shipped["observation.state"]["mean"], rtol=1e-4, atol=1e-5)
 
 
+def stored_frames(ds, key, e):
+    """Episode position e's frames of an image stream as RGB uint8 [F, H, W, 3] and their times (numpy)."""
+    s = ds.streams[key]
+    lo, hi = (int(x) for x in s.offsets[e:e + 2])
+    return s.frames[lo:hi].cpu().numpy(), s.times[lo:hi].cpu().numpy()
+
+
 def _direct_decode(path, backend):
     """Frames decoded without robocache, with the same library."""
     if backend == "pyav":
@@ -141,10 +151,11 @@ def test_groot_video_backends(groot, backend):
         pytest.skip(f"{backend} is importable but cannot decode here (torchvision.io without read_video)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = read_lerobot(groot, video_backend=backend, episodes=[4, 1])
-    assert r.extra["video_backend"] == backend and r.extra["episode_index"] == [4, 1]
+        ds = robocache.Dataset.from_lerobot(groot, video_backend=backend, episodes=[4, 1], device="cpu",
+                                            frames="host", cache=False)
+    assert ds.episode_index.tolist() == [4, 1]
     for i, e in enumerate([4, 1]):
-        frames, times = r.episodes[i][VIDEO]
+        frames, times = stored_frames(ds, VIDEO, i)
         assert frames.dtype == np.uint8 and frames.shape == (GROOT_LENGTHS[e], 256, 256, 3)
         # frame times are the pts: i / 20 s from 0 (the parquet rows start at 0.05, see docs)
         np.testing.assert_allclose(times, np.arange(GROOT_LENGTHS[e]) / 20.0, atol=1e-6)
@@ -161,12 +172,13 @@ def test_groot_video_options(groot):
         pytest.skip("no video backend")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = read_lerobot(groot, episodes=[3], video_resize=(64, 48), video_timestamps="parquet")
-        frames, times = r.episodes[0][VIDEO]
+        ds = robocache.Dataset.from_lerobot(groot, episodes=[3], video_resize=(64, 48), video_timestamps="parquet",
+                                            device="cpu", cache=False)
+        frames, times = stored_frames(ds, VIDEO, 0)
         assert frames.shape == (412, 64, 48, 3) and frames.dtype == np.uint8
-        assert np.array_equal(times, r.episodes[0]["action"][1])
+        assert np.array_equal(times, ds.episode(0)["action"][1].numpy())
         r = read_lerobot(groot, load_video=False)
-    assert VIDEO not in r.episodes[0] and r.extra["video_backend"] is None
+    assert VIDEO not in r.episodes[0] and r.extra["videos"] == {}
     with pytest.raises(ValueError, match=r"episodes \[7\]"):
         read_lerobot(groot, episodes=[7], load_video=False)
     with pytest.raises(ValueError, match="video_resize"):
@@ -380,6 +392,7 @@ def test_lerobot_v3(tmp_path, rng):
         pytest.skip("no video backend")
     key, states = _write_v3(tmp_path, rng)
     r = read_lerobot(tmp_path)
+    ds = robocache.Dataset.from_lerobot(tmp_path, device="cpu", cache=False)
     assert r.extra["version"] == "v3.0" and len(r) == 3
     assert r.tasks == [["push"], ["pull"], ["push"]]
     assert r.feature_names["observation.state"] == ["x", "y", "z"]
@@ -388,7 +401,7 @@ def test_lerobot_v3(tmp_path, rng):
         ep = r.episodes[e]
         assert np.array_equal(ep["observation.state"][0], states[e])
         np.testing.assert_allclose(ep["action"][1], np.arange(n) / 10)
-        frames, times = ep[key]
+        frames, times = stored_frames(ds, key, e)
         assert frames.shape == (n, 32, 32, 3)
         np.testing.assert_allclose(times, np.arange(n) / 10, atol=1e-6)
         assert abs(frames.mean() - 40 * (e + 1)) < 4, (e, frames.mean())
@@ -485,7 +498,7 @@ def test_truncated_mp4(groot_copy, backend):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ReaderError, match=r"episode_000004\.mp4"):
-            read_lerobot(groot_copy, video_backend=backend)
+            robocache.Dataset.from_lerobot(groot_copy, video_backend=backend, device="cpu", cache=False)
 
 
 def test_missing_one_mp4(groot_copy):

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._util import cpu_count, progress_bar
+from ..video import FrameSpec, Rows, Ticker, as_sources, decode_job, make_jobs, probe_sources
 from . import cache as _cache
-from .ingest import (FrameSpec, _as_paths, _check_present, _decode_pyav_into, _offsets, _progress_bar, _Rows,
-                     _split_times, _Ticker, probe_videos)
-from .pinned import file_pages
-from .planes import cpu_count
+from .ingest import cache_options, file_rates, offsets_of, split_times
 from .jpeg import check_qscale, encode_rows, pack
+from .pinned import file_pages
 
 _RING = 16   # decoded frames a worker holds before coding them
 
@@ -53,32 +53,33 @@ class Compressed:
                 f"{self.seconds:.2f} s ({self.frames_per_s:.0f} frames/s))")
 
 
-def ingest_compressed(paths, *, qscale: int = 2, resize=None, cache: bool = True, workers: int | None = None,
+def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = True, workers: int | None = None,
                       show_progress: bool | None = None, desc: str = "", spec: FrameSpec | None = None,
-                      counts=None, host_budget: int | None = None) -> Compressed:
-    """The video files of ONE stream (one per episode) into compressed-tier bitstreams.
+                      counts=None, infos=None, host_budget: int | None = None) -> Compressed:
+    """The video sources of ONE stream (one per episode: files, or spans of shared files) into
+    compressed-tier bitstreams.
 
     ``host_budget``: bytes the tier may keep in RAM; a cached entry larger than that is memory-mapped
     (the OS pages it in) instead of read. Raises ReaderError as ``ingest_videos`` does.
     """
     t0 = time.perf_counter()
     qscale = check_qscale(qscale)
-    paths = _as_paths(paths)
-    _check_present(paths)
+    sources = as_sources(sources)
+    paths = [s.path for s in sources]
     if spec is None:
-        spec, counts, _ = probe_videos(paths, resize=resize, backend="pyav", workers=workers)
+        spec, counts, infos = probe_sources(sources, resize=resize, backend="pyav", workers=workers)
     if spec.format != "yuv420":
         raise ValueError(f"the compressed tier codes YUV 4:2:0 frames from PyAV; this stream decodes to {spec.format}")
     counts = np.asarray(counts, np.int64)
-    options = {"resize": list(resize) if resize else None, "backend": "pyav", "tier": "compressed",
-               "codec": "mjpeg", "qscale": qscale}
+    options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
     label = desc or os.path.basename(os.path.dirname(paths[0]))
     entry = _cache.open_entry(paths, options, label) if cache else None
     cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0}
     with entry.lock() if entry is not None else contextlib.nullcontext():
         got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget) if entry is not None else None
         if got is None:
-            got = _code_all(paths, spec, counts, qscale, entry, options, cspec, workers, show_progress, desc or label)
+            got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
+                            desc or label)
     got.seconds = time.perf_counter() - t0
     got.frames_per_s = (len(got.offsets) - 1) / got.seconds if got.seconds > 0 else float("inf")
     return got
@@ -99,54 +100,65 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
         # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read)
         pages = file_pages(entry.data_path, (total,))
         data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
-    return Compressed(data, offsets, counts, _split_times(times, _offsets(counts)), spec, qscale, True,
+    return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, True,
                       str(entry.data_path), mapped)
 
 
-def _code_all(paths, spec, counts, qscale, entry, options, cspec, workers, show_progress, desc) -> Compressed:
-    sources = _cache.stat_sources(paths) if entry is not None else None
-    workers = max(1, min(int(workers or cpu_count()), len(paths)))
+def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
+              desc) -> Compressed:
+    paths = [s.path for s in sources]
+    stats = _cache.stat_sources(paths) if entry is not None else None
+    jobs = make_jobs(sources, counts, offsets_of(counts)[:-1], file_rates(sources, infos, "pyav"))
+    workers = max(1, min(int(workers or cpu_count()), len(jobs)))
     H, W, fb = spec.height, spec.width, spec.frame_bytes
     stop = threading.Event()
-    bar = _progress_bar(int(counts.sum()), desc, show_progress)
+    bar = progress_bar(int(counts.sum()), desc, show_progress)
     local = threading.local()
+    frames: list = [None] * int(counts.sum())  # each frame's bitstream, in store order
 
-    def work(i):
+    def work(job):
         if stop.is_set():
             return None
-        chunks: list[bytes] = []
         ring = getattr(local, "ring", None)
         if ring is None:
             ring = local.ring = np.empty((_RING, fb), np.uint8)
-        rows = _Rows(int(counts[i]), ring, flush=lambda first, sl: chunks.extend(encode_rows(ring[sl], H, W, qscale)))
-        tick = _Ticker(bar)
+
+        def code(first, sl):
+            for k, bits in enumerate(encode_rows(ring[sl], H, W, qscale)):
+                frames[job.place(first + k)] = bits
+
+        rows = Rows(job.n, ring, flush=code)
+        tick = Ticker(bar)
         try:
-            # one decoder thread per file: the pool already runs one file per core
-            times = _decode_pyav_into(paths[i], rows, spec, 1, tick, stop)
+            # one decoder thread per job: the pool already runs one job per core
+            times = decode_job("pyav", job, rows, spec, threads=1, tick=tick, stop=stop)
             if times is None:
                 return None
-            rows.finish(int(counts[i]))
+            rows.finish(job.n)
         except BaseException:
             stop.set()
             raise
         finally:
             tick.flush()
-        return chunks, times
+        return times
 
     try:
         with ThreadPoolExecutor(workers, thread_name_prefix="robocache-jpeg") as pool:
-            results = list(pool.map(work, range(len(paths))))
+            results = list(pool.map(work, jobs))
     finally:
         if bar is not None:
             bar.close()
-    times = [t for _, t in results]
-    data, offsets = pack([c for chunks, _ in results for c in chunks])
-    results = None                      # the files' bitstreams now live in `data` only
-    times = np.concatenate(times) if times else np.zeros(0)
+    per_source = [None] * len(sources)
+    for job, got in zip(jobs, results):
+        for i, t in zip(job.index, got):
+            per_source[i] = t
+    data, offsets = pack(frames)
+    frames = None                       # the bitstreams now live in `data` only
+    times = np.concatenate(per_source) if per_source else np.zeros(0)
     path = None
     if entry is not None:
-        path = _save(entry, data, offsets, counts, times, sources, options, cspec)
-    return Compressed(data, offsets, counts, _split_times(times, _offsets(counts)), spec, qscale, False, path,
+        path = _save(entry, data, offsets, counts, times, stats, options, cspec)
+    return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, False, path,
                       False)
 
 

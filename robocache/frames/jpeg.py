@@ -21,14 +21,15 @@ import threading
 
 import numpy as np
 
-from .planes import copy_planes, cpu_count, yuv420_geometry
+from .._util import cpu_count
+from ..video.layout import copy_planes, yuv420_geometry
 
 DEFAULT_QSCALE = 2
 _LOCAL = threading.local()
 
 
 def _av():
-    from ..readers._common import require
+    from .._util import require
     return require("av", "lerobot", "the compressed frame tier (JPEG encode/decode with PyAV)")
 
 

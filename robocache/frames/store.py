@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import numpy as np
 
+from ..video.layout import yuv420_bytes
+
 
 TIERS = ("device", "host", "disk", "cpu", "compressed")
 FORMATS = ("rgb", "yuv420", "jpeg")
@@ -25,11 +27,6 @@ FORMATS = ("rgb", "yuv420", "jpeg")
 def _torch():
     import torch
     return torch
-
-
-def yuv420_bytes(height: int, width: int) -> int:
-    """Bytes of one I420 frame: the Y plane plus two chroma planes of ceil(H/2) x ceil(W/2)."""
-    return height * width + 2 * ((height + 1) // 2) * ((width + 1) // 2)
 
 
 class FrameStore:

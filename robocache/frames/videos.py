@@ -1,4 +1,4 @@
-"""Video streams into frame stores: probe every file (metadata only), make the memory plan, then ingest
+"""Video streams into frame stores: probe every source (metadata only), make the memory plan, then ingest
 each stream into the tier the plan gave it (decoded in parallel, or mapped from the cache)."""
 
 from __future__ import annotations
@@ -7,23 +7,31 @@ import warnings
 from typing import Mapping, Sequence
 
 from .compress import ingest_compressed
-from .ingest import ingest_videos, probe_videos
+from ..video import probe_sources
+from .ingest import ingest_videos
 from .jpeg import check_qscale
 from .plan import Need, budgets, plan
 from .store import FrameStore
 
 
-def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", device_memory=None,
+def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device_memory=None,
                 host_memory=None, resize=None, backend: str = "auto", cache: bool = True, workers=None,
-                show_progress=None, other_device_bytes: int = 0, source: str = "", jpeg_qscale: int = 2) -> dict:
-    """``{stream: (FrameStore, [frame times per file])}`` for ``{stream: [one video file per episode]}``.
+                show_progress=None, other_device_bytes: int = 0, source: str = "", jpeg_qscale: int = 2,
+                check=None) -> dict:
+    """``{stream: (FrameStore, [frame times per source])}`` for ``{stream: [one video source per episode]}``
+    (``robocache.video.VideoSource``, or paths of whole files).
 
     The plan is made before anything is decoded (see robocache.frames.plan); ``frames`` is "auto", a
     tier, or ``{stream: tier}``. ``jpeg_qscale``: the compressed tier's quantizer (robocache.frames.jpeg).
+    ``check(stream, counts)``: called with each stream's per-source frame counts once probed, before
+    anything is decoded (a reader's consistency check: it raises to stop the load).
     """
     check_qscale(jpeg_qscale)
-    probed = {k: probe_videos(list(paths), resize=resize, backend=backend, workers=workers)
+    probed = {k: probe_sources(list(paths), resize=resize, backend=backend, workers=workers)
               for k, paths in videos.items()}
+    if check is not None:
+        for k, (_, counts, _) in probed.items():
+            check(k, counts)
     needs = [Need(k, int(counts.sum()), spec.frame_bytes, spec.height, spec.width)
              for k, (spec, counts, _) in probed.items()]
     b = budgets(device, device_memory=device_memory, host_memory=host_memory,
@@ -32,7 +40,7 @@ def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", d
     out = {}
     host_left = b.host - sum(n.nbytes for n in needs if tiers[n.name] in ("host", "cpu"))
     for k, paths in videos.items():
-        spec, counts, _ = probed[k]
+        spec, counts, infos = probed[k]
         tier = tiers[k]
         if tier == "compressed":
             asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
@@ -44,7 +52,7 @@ def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", d
                               stacklevel=3)
             got = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
                                     show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
-                                    host_budget=max(0, host_left))
+                                    infos=infos, host_budget=max(0, host_left))
             if not got.mapped:
                 host_left -= got.data.nbytes
             store = FrameStore(got.data, format="jpeg", height=spec.height, width=spec.width, channels=3,
@@ -55,7 +63,7 @@ def load_videos(videos: Mapping[str, Sequence[str]], *, device, frames="auto", d
         got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,
                             device=device if tier == "device" else None, resize=resize,
                             backend=backend, cache=cache, workers=workers, show_progress=show_progress,
-                            desc=f"decoding {k}", spec=spec, counts=counts)
+                            desc=f"decoding {k}", spec=spec, counts=counts, infos=infos)
         store = FrameStore(got.data, format=spec.format, height=spec.height, width=spec.width,
                            channels=spec.channels, tier=tier, device=device, matrix=spec.matrix,
                            full_range=spec.full_range, path=got.cache_path)

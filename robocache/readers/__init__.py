@@ -16,7 +16,7 @@ from ._common import Episodes, ReaderError
 from .lerobot import read_lerobot, read_modality, read_stats
 from .robomimic import read_robomimic
 from .rosbag import read_rosbag
-from .video import available_backends, decode_video, decode_videos
+from ..video import available_backends, decode_video, decode_videos
 from .zarr_store import read_zarr
 
 __all__ = ["Episodes", "ReaderError", "available_backends", "decode_video", "decode_videos", "read_lerobot",

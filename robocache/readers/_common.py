@@ -2,29 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-EXTRAS = {"pyarrow": "lerobot", "av": "lerobot", "h5py": "robomimic", "zarr": "zarr", "numcodecs": "zarr"}
-
-
-class ReaderError(ValueError):
-    """A source file is missing, corrupt, truncated or inconsistent. The message names the file."""
-
-
-def require(module: str, extra: str | None = None, what: str = "this reader"):
-    """Import an optional dependency or raise ImportError naming the extra to install."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        extra = extra or EXTRAS.get(module, module)
-        raise ImportError(f"{what} needs the optional dependency '{module}': pip install robocache[{extra}]"
-                          f" (or pip install {module})") from e
+from .._util import ReaderError, progress, progress_enabled, require  # noqa: F401  (the readers' names)
 
 
 @dataclass
@@ -87,25 +70,3 @@ def step_times(n: int, rate: float) -> np.ndarray:
     if not rate > 0:
         raise ValueError(f"rate must be positive Hz, got {rate!r}")
     return np.arange(n, dtype=np.float64) / float(rate)
-
-
-def progress_enabled(enable: bool | None) -> bool:
-    """A progress bar's switch: as given, else on when stderr is a TTY and ROBOCACHE_NO_PROGRESS is unset."""
-    if enable is None:
-        return sys.stderr.isatty() and not os.environ.get("ROBOCACHE_NO_PROGRESS")
-    return bool(enable)
-
-
-def progress(iterable, total: int | None = None, desc: str = "", enable: bool | None = None):
-    """tqdm when installed and stderr is a TTY (or enable=True), else the iterable itself."""
-    if not progress_enabled(enable):
-        return iterable
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return iterable
-    return tqdm(iterable, total=total, desc=desc, leave=False)
-
-
-def as_path_str(path) -> str:
-    return os.fspath(path)

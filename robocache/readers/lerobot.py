@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ._common import Episodes, ReaderError, check_times, infer_kind, require
-from .video import decode_videos, resolve_backend
+from ..video import VideoSource
 
 #: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
@@ -228,26 +228,22 @@ def _decode_image_column(col, name, where):
 # the reader
 
 
-def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_backend: str = "auto",
-                 episodes=None, modality_subkeys: bool = True, video_timestamps: str = "pts",
-                 annotations: str = "text",
-                 show_progress: bool | None = None, max_workers: int | None = None,
-                 video_sources: bool = False, missing_files: str = "error") -> Episodes:
-    """Read a LeRobot v2.x/v3.0 dataset (optionally GR00T-flavoured) into memory.
+def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subkeys: bool = True,
+                 annotations: str = "text", max_workers: int | None = None, missing_files: str = "error") -> Episodes:
+    """Read a LeRobot v2.x/v3.0 dataset's rows (optionally GR00T-flavoured) and locate its videos.
 
-    See ``robocache.Dataset.from_lerobot`` for the parameters; this returns the ``Episodes``
-    (the keyword arguments of ``Dataset.from_episodes``) instead of a Dataset. Videos are decoded to
-    RGB ``[F, H, W, 3]`` arrays, unless ``video_sources``: then (v2.x layouts: one file per episode and
-    camera) nothing is decoded and ``extra["videos"]`` maps each video key to
-    ``{"paths": [one file per episode], "fps": float, "rows": [parquet rows per episode]}`` for the frame
-    storage to ingest (robocache.frames).
+    See ``robocache.Dataset.from_lerobot`` for the parameters; this returns the ``Episodes`` (the keyword
+    arguments of ``Dataset.from_episodes``) instead of a Dataset. Videos are never decoded here: with
+    ``load_video``, ``extra["videos"]`` maps each video key to ``{"sources": [one robocache.video.VideoSource
+    per episode], "fps": float, "rows": [parquet rows per episode]}`` (v2.x: whole files; v3.0: each episode's
+    ``[from_timestamp, to_timestamp)`` span of a shared mp4), which ``robocache.frames`` turns into a frame
+    store. v3.0 rows are found by the dataset-wide index (``episode_index``/``index`` columns), whatever data
+    file the episode metadata names.
     """
     require("pyarrow", "lerobot", "from_lerobot")
     root, info_path, info, major = _open_info(path)
     if annotations not in ("text", "index"):
         raise ValueError(f"annotations must be 'text' or 'index', got {annotations!r}")
-    if video_timestamps not in ("pts", "parquet"):
-        raise ValueError(f"video_timestamps must be 'pts' or 'parquet', got {video_timestamps!r}")
     try:
         fps = float(info["fps"])
         data_tmpl = info["data_path"]
@@ -265,27 +261,17 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
     selected = _present(root, info, table, selected, major, chunks_size, load_video, missing_files)
 
     # --- tabular data: one parquet read per file, in threads (pyarrow releases the GIL)
-    files = sorted({table[e]["data"] for e in selected})
-    with ThreadPoolExecutor(max_workers=min(workers, len(files))) as pool:
-        tables = dict(zip(files, pool.map(_read_parquet, files)))
-
+    rows = _episode_rows(root, table, selected, major, workers)
     out_eps, tasks = [], []
     kinds, rates, names = {}, {}, {}
     for e in selected:
-        f = table[e]["data"]
-        t = tables[f]
+        t, f = rows[e]
         where = f"{f}, episode {e}"
-        if major == 3:  # a v3 data file holds many episodes
-            if "episode_index" not in t.column_names:
-                raise ReaderError(f"{f}: no 'episode_index' column to find episode {e} in")
-            import pyarrow.compute as pc
-
-            t = t.filter(pc.equal(t.column("episode_index"), e))
         if "timestamp" not in t.column_names:
             raise ReaderError(f"{f}: no 'timestamp' column")
         times = _column_to_numpy(t.column("timestamp"), "timestamp", None, where).astype(np.float64)
         check_times(times, where)
-        if table[e]["length"] >= 0 and table[e]["length"] != len(times):
+        if major == 2 and table[e]["length"] >= 0 and table[e]["length"] != len(times):
             warnings.warn(f"{where}: {len(times)} rows, the episode metadata says {table[e]['length']}",
                           stacklevel=2)
         streams = {}
@@ -331,8 +317,8 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
                                 for s, a in stats[orig].items()}
 
     # --- GR00T annotation keys: task-index columns as text streams (the task strings)
+    task_table = _task_table(root, major)
     if annotations == "text" and out_eps:
-        task_table = _task_table(root, major)
         raw = [dict(streams) for streams in out_eps]  # the integer columns, before aliases replace them
         for alias, (orig, start, end) in aliases.items():
             if start is not None or not alias.startswith("annotation.") or orig not in raw[0]:
@@ -343,84 +329,17 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
                 idx, tt = cols[orig]
                 unknown = np.setdiff1d(idx, list(task_table))
                 if len(unknown):
-                    raise ReaderError(f"{table[e]['data']}, episode {e}: column '{orig}' holds task index "
+                    raise ReaderError(f"{rows[e][1]}, episode {e}: column '{orig}' holds task index "
                                       f"{int(unknown[0])}, which meta/tasks is missing")
                 streams[alias] = (np.array([task_table[int(i)] for i in idx], dtype=str), tt)
             kinds[alias], rates[alias] = "text", rates[orig]
 
-    # --- videos
-    video_keys = [k for k, feat in features.items() if feat.get("dtype") == "video"]
-    decoded_with = None
-    skipped = []
-    sources: dict = {}
-    if load_video and video_keys:
-        decoded_with = resolve_backend(video_backend)
-        jobs = {}  # file -> [(episode position, key)]
-        for key in video_keys:
-            vid_tmpl = info.get("video_path")
-            if not vid_tmpl:
-                raise ReaderError(f"{info_path}: video feature '{key}' but no 'video_path'")
-            paths = {}
-            for i, e in enumerate(selected):
-                if major == 2:
-                    p = root / vid_tmpl.format(episode_chunk=e // chunks_size, video_key=key, episode_index=e)
-                else:
-                    row = table[e]["row"]
-                    p = root / vid_tmpl.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
-                                               file_index=int(row[f"videos/{key}/file_index"]))
-                paths[i] = p
-            present = {i: p for i, p in paths.items() if p.is_file()}
-            if not present:
-                skipped.append(key)
-                warnings.warn(f"{root}: video feature '{key}' is listed in meta/info.json but none of its files "
-                              f"exist (e.g. {paths[0]}); skipped", stacklevel=2)
-                continue
-            if len(present) < len(paths):
-                lost = [str(paths[i]) for i in paths if i not in present]
-                raise ReaderError(f"{lost[0]}: video file not found ({len(lost)} of {len(paths)} files of "
-                                  f"'{key}' are missing)")
-            if video_sources and major == 2:
-                feat = features[key]
-                vfps = float((feat.get("video_info") or feat.get("info") or {}).get("video.fps") or fps)
-                rows = [len(next(iter(s.values()))[1]) if s else 0 for s in out_eps]
-                sources[key] = {"paths": [str(paths[i]) for i in range(len(selected))], "fps": vfps, "rows": rows}
-                kinds[key], rates[key] = "image", vfps
-                names.pop(key, None)
-                continue
-            for i, p in present.items():
-                jobs.setdefault(p, []).append((i, key))
-        order = list(jobs)
-        if video_sources and major != 2:
-            raise NotImplementedError("video_sources: LeRobot v3.0 video files hold many episodes")
-        results = dict(zip(order, decode_videos(order, resize=video_resize, backend=decoded_with,
-                                                max_workers=max_workers, show_progress=show_progress)))
-        for p, uses in jobs.items():
-            frames, ftimes = results[p]
-            for i, key in uses:
-                e = selected[i]
-                where = f"{p}, episode {e}"
-                feat = features[key]
-                vfps = float((feat.get("video_info") or feat.get("info") or {}).get("video.fps") or fps)
-                if major == 3:
-                    row = table[e]["row"]
-                    t0 = float(row[f"videos/{key}/from_timestamp"])
-                    t1 = float(row[f"videos/{key}/to_timestamp"])
-                    half = 0.5 / vfps
-                    sel = (ftimes >= t0 - half) & (ftimes < t1 - half)
-                    fr, ft = frames[sel], ftimes[sel] - t0
-                else:
-                    fr, ft = frames, ftimes
-                n_rows = len(out_eps[i][next(iter(out_eps[i]))][1]) if out_eps[i] else len(fr)
-                if video_timestamps == "parquet":
-                    if len(fr) != n_rows:
-                        raise ReaderError(f"{where}: video_timestamps='parquet' needs one frame per row, the video "
-                                          f"has {len(fr)} frames and the parquet {n_rows} rows")
-                    ft = next(iter(out_eps[i].values()))[1]
-                elif len(fr) != n_rows:
-                    warnings.warn(f"{where}: {len(fr)} video frames for {n_rows} parquet rows", stacklevel=2)
-                check_times(ft, where)
-                out_eps[i][key] = (fr, np.ascontiguousarray(ft, dtype=np.float64))
-            kinds[key], rates[key] = "image", vfps
+    # --- videos: where each episode's frames are (decoded by robocache.frames, never here)
+    sources, skipped = {}, []
+    if load_video:
+        sources, skipped = _video_sources(root, info, info_path, table, selected, major, chunks_size, fps, out_eps)
+        for key, v in sources.items():
+            kinds[key], rates[key] = "image", v["fps"]
             names.pop(key, None)
 
     present_keys = set(out_eps[0]) if out_eps else set()
@@ -433,8 +352,174 @@ def read_lerobot(path, *, load_video: bool = True, video_resize=None, video_back
         feature_names={k: v for k, v in names.items() if v} or None,
         source=str(root),
         extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
-               "video_backend": decoded_with, "skipped_videos": skipped, "fps": fps, "videos": sources,
-               "task_table": _task_table(root, major), "files": [str(table[e]["data"]) for e in selected]})
+               "skipped_videos": skipped, "fps": fps, "videos": sources, "task_table": task_table,
+               "files": [str(rows[e][1]) for e in selected]})
+
+
+def _video_sources(root, info, info_path, table, selected, major, chunks_size, fps, out_eps):
+    """``({key: {"sources", "fps", "rows"}}, skipped keys)``: each video key's source per selected episode.
+    A key none of whose files exist is skipped with a warning (a feature listed but not shipped)."""
+    out, skipped = {}, []
+    features = info.get("features") or {}
+    for key in [k for k, feat in features.items() if feat.get("dtype") == "video"]:
+        if not info.get("video_path"):
+            raise ReaderError(f"{info_path}: video feature '{key}' but no 'video_path'")
+        paths = [_video_path(root, info, table, e, key, major, chunks_size) for e in selected]
+        present = [p.is_file() for p in paths]
+        if not any(present):
+            skipped.append(key)
+            warnings.warn(f"{root}: video feature '{key}' is listed in meta/info.json but none of its files "
+                          f"exist (e.g. {paths[0]}); skipped", stacklevel=3)
+            continue
+        if not all(present):
+            lost = [str(p) for p, ok in zip(paths, present) if not ok]
+            raise ReaderError(f"{lost[0]}: video file not found ({len(lost)} of {len(paths)} files of "
+                              f"'{key}' are missing)")
+        feat = features[key]
+        vfps = float((feat.get("video_info") or feat.get("info") or {}).get("video.fps") or fps)
+        srcs = []
+        for e, p in zip(selected, paths):
+            if major == 2:
+                srcs.append(VideoSource(str(p)))
+                continue
+            row = table[e]["row"]
+            try:
+                t0, t1 = float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"])
+            except (KeyError, TypeError, ValueError):
+                raise ReaderError(f"{root / 'meta' / 'episodes'}: episode {e} has no videos/{key}/from_timestamp "
+                                  f"and to_timestamp") from None
+            try:
+                srcs.append(VideoSource(str(p), start=t0, end=t1))
+            except ValueError as err:
+                raise ReaderError(f"{root / 'meta' / 'episodes'}, episode {e}: {err}") from None
+        rows = [len(next(iter(s.values()))[1]) if s else 0 for s in out_eps]
+        out[key] = {"sources": srcs, "fps": vfps, "rows": rows}
+    return out, skipped
+
+
+def _video_path(root: Path, info: dict, table: dict, e: int, key: str, major: int, chunks_size: int) -> Path:
+    tmpl = info["video_path"]
+    if major == 2:
+        return root / tmpl.format(episode_chunk=e // chunks_size, video_key=key, episode_index=e)
+    row = table[e]["row"]
+    try:
+        return root / tmpl.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
+                                  file_index=int(row[f"videos/{key}/file_index"]))
+    except (KeyError, TypeError, ValueError):
+        raise ReaderError(f"{root / 'meta' / 'episodes'}: episode {e} has no videos/{key}/chunk_index and "
+                          f"file_index") from None
+
+
+def _episode_rows(root: Path, table: dict, selected: list, major: int, workers: int) -> dict:
+    """{episode: (its rows as an arrow table, the file they came from)}. v2.x: the episode's own file. v3.0:
+    the rows whose ``episode_index`` is the episode's (or, without that column, whose ``index`` is in
+    ``[dataset_from_index, dataset_to_index)``), sorted by ``index``, from the data file the metadata names
+    and, where they are not all there, from every other data file (LeRobot 0.4.0-0.4.4's v2.1 -> v3.0
+    converter wrote the wrong ``data/file_index`` for the first episode of every data file after the first,
+    lerobot#2401: sets converted with those releases exist, and LeRobot's own reader finds the rows)."""
+    named = sorted({table[e]["data"] for e in selected})
+    tables = _read_all([f for f in named if Path(f).is_file()], workers)
+    if major == 2:
+        return {e: (tables[table[e]["data"]], table[e]["data"]) for e in selected}
+    want = {e: _expected_rows(table[e]) for e in selected}
+    found = _collect(tables, selected, table)
+    short = [e for e in selected if sum(len(i) for _, i in found.get(e, [])) < max(want[e], 1)]
+    if short:
+        others = [f for f in sorted((root / "data").glob("**/*.parquet")) if f not in tables]
+        holders = [f for f in others if _holds_any(f, short, table)]
+        tables.update(_read_all(holders, workers))
+        found = _collect(tables, selected, table)
+    import pyarrow as pa
+
+    out = {}
+    for e in selected:
+        pieces = found.get(e, [])
+        n = sum(len(i) for _, i in pieces)
+        if n == 0 or (want[e] >= 0 and n != want[e]):
+            raise ReaderError(f"{table[e]['data']}, episode {e}: {n} rows in the data files, the episode metadata "
+                              f"says {want[e]} (dataset_from_index {table[e]['row'].get('dataset_from_index')} .. "
+                              f"dataset_to_index {table[e]['row'].get('dataset_to_index')})")
+        files = [f for f, _ in pieces]
+        if table[e]["data"] not in files:
+            warnings.warn(f"{root}: episode {e}'s rows are in {files[0]}, not in {table[e]['data']} as its "
+                          f"metadata says (data/file_index written wrong by LeRobot 0.4.0-0.4.4's v2.1 -> v3.0 "
+                          f"converter, lerobot#2401); read from where they are", stacklevel=4)
+        t = pa.concat_tables([tables[f].take(i) for f, i in pieces]) if len(pieces) > 1 else \
+            tables[pieces[0][0]].take(pieces[0][1])
+        if "index" in t.column_names and len(pieces) > 1:
+            t = t.take(np.argsort(t.column("index").to_numpy(), kind="stable"))
+        out[e] = (t, files[0])
+    return out
+
+
+def _expected_rows(entry: dict) -> int:
+    row = entry.get("row") or {}
+    lo, hi = row.get("dataset_from_index"), row.get("dataset_to_index")
+    if lo is not None and hi is not None:
+        return int(hi) - int(lo)
+    return entry["length"]
+
+
+def _row_keys(t, path) -> tuple[str, np.ndarray]:
+    """The column a v3.0 data file's rows are located by, and its values."""
+    for col in ("episode_index", "index"):
+        if col in t.column_names:
+            return col, t.column(col).to_numpy()
+    raise ReaderError(f"{path}: no 'episode_index' or 'index' column to find episodes' rows in")
+
+
+def _collect(tables: dict, selected: list, table: dict) -> dict:
+    """{episode: [(file, row indices)]} over every table read so far, the metadata's file first."""
+    found: dict = {}
+    wanted = set(selected)
+    for f, t in sorted(tables.items(), key=lambda kv: str(kv[0])):
+        col, keys = _row_keys(t, f)
+        if col == "episode_index":
+            order = np.argsort(keys, kind="stable")
+            uniq, first = np.unique(keys[order], return_index=True)
+            bounds = np.append(first, len(keys))
+            for k, e in enumerate(uniq.tolist()):
+                if e in wanted:
+                    found.setdefault(e, []).append((f, order[bounds[k]:bounds[k + 1]]))
+        else:
+            for e in selected:
+                row = table[e].get("row") or {}
+                lo, hi = row.get("dataset_from_index"), row.get("dataset_to_index")
+                if lo is None or hi is None:
+                    raise ReaderError(f"{f}: no 'episode_index' column and no dataset_from_index/dataset_to_index "
+                                      f"for episode {e} to find its rows by")
+                idx = np.flatnonzero((keys >= int(lo)) & (keys < int(hi)))
+                if len(idx):
+                    found.setdefault(e, []).append((f, idx))
+    for e, pieces in found.items():
+        pieces.sort(key=lambda p: p[0] != table[e]["data"])
+    return found
+
+
+def _holds_any(path: Path, episodes: list, table: dict) -> bool:
+    """Whether a data file holds rows of any of `episodes` (its key column alone is read)."""
+    pq = require("pyarrow.parquet", "lerobot", "from_lerobot")
+    try:
+        names = pq.read_schema(path).names
+        col = "episode_index" if "episode_index" in names else "index"
+        keys = pq.read_table(path, columns=[col], memory_map=False).column(col).to_numpy()
+    except Exception as e:
+        raise ReaderError(f"{path}: cannot read parquet file (corrupt or truncated?): {e}") from e
+    if col == "episode_index":
+        return bool(np.isin(keys, episodes).any())
+    for e in episodes:
+        row = table[e].get("row") or {}
+        if row.get("dataset_from_index") is not None and \
+                ((keys >= int(row["dataset_from_index"])) & (keys < int(row["dataset_to_index"]))).any():
+            return True
+    return False
+
+
+def _read_all(files, workers: int) -> dict:
+    if not files:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(files)))) as pool:
+        return dict(zip(files, pool.map(_read_parquet, files)))
 
 
 def _open_info(path):
@@ -518,16 +603,16 @@ def _present(root: Path, info: dict, table: dict, selected: list, major: int, ch
     if missing_files not in ("error", "skip"):
         raise ValueError(f"missing_files must be 'error' or 'skip', got {missing_files!r}")
     videos = [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"] if load_video else []
-    tmpl = info.get("video_path")
-    vpath = lambda e, k: root / tmpl.format(episode_chunk=e // chunks_size, video_key=k, episode_index=e)
-    if videos and tmpl and major == 2:
-        # a key with no file at all is skipped with a warning later (a feature listed but not shipped)
-        videos = [k for k in videos if any(vpath(e, k).is_file() for e in selected)]
+    videos = videos if info.get("video_path") else []
+
+    def vpath(e, k):
+        return _video_path(root, info, table, e, k, major, chunks_size)
+
+    # a key with no file at all is skipped with a warning later (a feature listed but not shipped)
+    videos = [k for k in videos if any(vpath(e, k).is_file() for e in selected)]
     lost = {}
     for e in selected:
-        files = [table[e]["data"]]
-        if videos and tmpl and major == 2:
-            files += [vpath(e, k) for k in videos]
+        files = [table[e]["data"], *(vpath(e, k) for k in videos)]
         gone = [f for f in files if not Path(f).is_file()]
         if gone:
             lost[e] = gone[0]

@@ -1,14 +1,12 @@
-"""Video decoding for the readers: a whole file to uint8 frames [F, H, W, 3] (RGB) plus frame times.
+"""What a video says about itself, read without decoding: the backends, ``probe_video`` (codec, size,
+declared frame count, rate, pixel format and the color matrix/range PyAV's RGB conversion applies),
+a file's frame times from its packets, and ``probe_sources``: the ``FrameSpec`` and the frame count of
+every source of one stream, from which the memory plan is made before anything is decoded.
 
 Backends, in the order "auto" tries them: PyAV (``av``), OpenCV (``cv2``), torchvision.io.
 torchvision.io.read_video is itself built on PyAV (and deprecated), so where PyAV is missing it
 rarely works; OpenCV's FFmpeg build decodes H.264/AV1 mp4s on machines with neither.
-Frame times come from the stream's pts (seconds); where a backend gives none, index / fps.
-Files are opened read-only; many files decode in threads (the decoders release the GIL).
-
-``probe_video`` reads a file's metadata (codec, size, declared frame count, rate, pixel format and
-the color matrix/range PyAV's RGB conversion applies) without decoding: the memory plan and
-robocache.frames.ingest (frames kept as YUV 4:2:0, converted on the GPU) start from it.
+Files are opened read-only.
 """
 
 from __future__ import annotations
@@ -21,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import ReaderError, progress, require
+from .._util import ReaderError, cpu_count, require
+from .layout import FrameSpec
+from .source import VideoSource, count_in_spans, span_bounds
 
 BACKENDS = ("pyav", "opencv", "torchvision")
 
@@ -52,7 +52,7 @@ def resolve_backend(backend: str = "auto") -> str:
     return backend
 
 
-def _check_resize(resize):
+def check_resize(resize):
     if resize is None:
         return None
     try:
@@ -62,139 +62,6 @@ def _check_resize(resize):
     if h <= 0 or w <= 0:
         raise ValueError(f"video_resize must be positive, got {resize!r}")
     return h, w
-
-
-def _times_or_index(times, n, fps, path):
-    """pts times when every frame had one and they increase; else index / fps."""
-    t = np.asarray(times, dtype=np.float64)
-    if len(t) == n and np.all(np.isfinite(t)) and (n < 2 or np.all(np.diff(t) > 0)):
-        return t
-    if not fps or not fps > 0:
-        raise ReaderError(f"{path}: the video has no usable frame timestamps and no frame rate")
-    return np.arange(n, dtype=np.float64) / float(fps)
-
-
-def _decode_pyav(path, resize):
-    av = require("av", "lerobot", "video decoding with PyAV")
-    frames, times = [], []
-    try:
-        with av.open(path, mode="r") as container:
-            if not container.streams.video:
-                raise ReaderError(f"{path}: no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            expected = stream.frames
-            fps = float(stream.average_rate) if stream.average_rate else None
-            for frame in container.decode(stream):
-                if resize is not None:
-                    frame = frame.reformat(width=resize[1], height=resize[0], format="rgb24")
-                frames.append(frame.to_ndarray(format="rgb24"))
-                times.append(frame.time if frame.time is not None else np.nan)
-    except ReaderError:
-        raise
-    except Exception as e:  # av.error.* (InvalidDataError, EOFError...), OSError
-        raise ReaderError(f"{path}: cannot decode video with PyAV: {e}") from e
-    return frames, times, fps, expected
-
-
-def _decode_opencv(path, resize):
-    cv2 = require("cv2", "lerobot", "video decoding with OpenCV (pip install opencv-python-headless)")
-    if not os.path.isfile(path):
-        raise ReaderError(f"{path}: video file not found")
-    cap = cv2.VideoCapture(path)
-    try:
-        if not cap.isOpened():
-            raise ReaderError(f"{path}: OpenCV cannot open the video (corrupt or truncated?)"
-                              + _codec_hint(path, _opencv_codec(cv2, cap, path)))
-        fps = cap.get(cv2.CAP_PROP_FPS) or None
-        expected = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
-        codec = _opencv_codec(cv2, cap, path)
-        frames, times = [], []
-        while True:
-            ok, img = cap.read()
-            if not ok or img is None:
-                break
-            times.append(cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0)
-            if resize is not None:
-                img = cv2.resize(img, (resize[1], resize[0]), interpolation=cv2.INTER_AREA)
-            frames.append(cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
-    finally:
-        cap.release()
-    if not frames and expected:
-        # the container opened and declares frames, yet the first one did not decode: name the codec,
-        # the usual cause (opencv-python wheels ship FFmpeg without an AV1 decoder)
-        raise ReaderError(opencv_codec_error(path, codec, expected))
-    return frames, times, fps, expected
-
-
-def _decode_torchvision(path, resize):
-    io = require("torchvision.io", "lerobot", "video decoding with torchvision")
-    try:
-        video, _, info = io.read_video(path, pts_unit="sec", output_format="THWC")
-        pts, fps = io.read_video_timestamps(path, pts_unit="sec")
-    except Exception as e:
-        raise ReaderError(f"{path}: cannot decode video with torchvision.io: {e}") from e
-    if resize is not None:
-        import torch.nn.functional as F
-
-        x = video.permute(0, 3, 1, 2).float()
-        x = F.interpolate(x, size=resize, mode="bilinear", antialias=True, align_corners=False)
-        video = x.round().clamp(0, 255).to(video.dtype).permute(0, 2, 3, 1)
-    frames = video.numpy()
-    return list(frames), [float(p) for p in pts], fps or info.get("video_fps"), 0
-
-
-_DECODERS = {"pyav": _decode_pyav, "opencv": _decode_opencv, "torchvision": _decode_torchvision}
-
-
-def decode_video(path, *, resize=None, backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """Decode every frame of one video file.
-
-    Parameters
-    ----------
-    path : str or PathLike
-    resize : (height, width), optional
-        Resize each frame while decoding (the backend's own scaler: PyAV/swscale bilinear,
-        OpenCV INTER_AREA, torchvision antialiased bilinear).
-    backend : "auto", "pyav", "opencv" or "torchvision"
-
-    Returns
-    -------
-    frames : uint8 array [F, H, W, 3], RGB
-    times : float64 array [F], seconds (frame pts, or index / fps)
-
-    Raises ReaderError naming the file when it is missing, corrupt or truncated (fewer frames
-    decoded than the container declares).
-    """
-    path = os.fspath(path)
-    resize = _check_resize(resize)
-    name = resolve_backend(backend)
-    if not os.path.isfile(path):
-        raise ReaderError(f"{path}: video file not found")
-    frames, times, fps, expected = _DECODERS[name](path, resize)
-    if not frames:
-        raise ReaderError(f"{path}: no frame could be decoded ({name}); the file is empty, corrupt or truncated")
-    if expected and len(frames) < expected:
-        raise ReaderError(f"{path}: decoded {len(frames)} of the {expected} frames the container declares "
-                          f"({name}); the file is truncated or corrupt")
-    times = _times_or_index(times, len(frames), fps, path)
-    return np.stack(frames), times
-
-
-def decode_videos(paths, *, resize=None, backend: str = "auto", max_workers: int | None = None,
-                  show_progress: bool | None = None, desc: str = "decoding videos"):
-    """decode_video over many files in threads; results in the order of `paths`."""
-    paths = [os.fspath(p) for p in paths]
-    name = resolve_backend(backend)
-    if not paths:
-        return []
-    workers = max_workers or min(len(paths), max(1, os.cpu_count() or 1), 16)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="robocache-video") as pool:
-        futures = [pool.submit(decode_video, p, resize=resize, backend=name) for p in paths]
-        results = []
-        for f in progress(futures, total=len(futures), desc=desc, enable=show_progress):
-            results.append(f.result())
-    return results
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +169,7 @@ def _fourcc_codec(fourcc: str) -> str:
     return _FOURCC_CODECS.get(fourcc, fourcc)
 
 
-def _opencv_codec(cv2, cap, path) -> str:
+def opencv_codec(cv2, cap, path) -> str:
     code = int(cap.get(cv2.CAP_PROP_FOURCC) or 0) if cap is not None else 0
     fourcc = "".join(chr((code >> 8 * i) & 0xFF) for i in range(4)) if code > 0 else ""
     if not fourcc.strip("\x00 "):
@@ -396,13 +263,11 @@ def _pyav_codec_name(cc) -> str:
             "libopenh264": "h264", "hevc_cuvid": "hevc", "libvpx-vp9": "vp9"}.get(name, name or "")
 
 
-def _probe_pyav(path, backend="pyav") -> VideoInfo:
+def _probe_pyav(path, backend="pyav", stream_index: int = 0) -> VideoInfo:
     av = require("av", "lerobot", "video probing with PyAV")
     try:
         with av.open(path, mode="r") as container:
-            if not container.streams.video:
-                raise ReaderError(f"{path}: no video stream")
-            stream = container.streams.video[0]
+            stream = _video_stream(container, path, stream_index)
             cc = stream.codec_context
             width, height, pix = int(cc.width or 0), int(cc.height or 0), cc.pix_fmt or ""
             colorspace = int(getattr(cc, "colorspace", 2) or 2)
@@ -435,24 +300,24 @@ def _probe_opencv(path) -> VideoInfo:
     try:
         if not cap.isOpened():
             raise ReaderError(f"{path}: OpenCV cannot open the video (corrupt or truncated?)"
-                              + _codec_hint(path, _opencv_codec(cv2, None, path)))
+                              + _codec_hint(path, opencv_codec(cv2, None, path)))
         width, height = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
         frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         fps = float(cap.get(cv2.CAP_PROP_FPS) or 0.0)
-        codec = _opencv_codec(cv2, cap, path)
+        codec = opencv_codec(cv2, cap, path)
     finally:
         cap.release()
     return VideoInfo(path=path, codec=codec, width=width, height=height, frames=max(frames, 0), fps=fps,
                      pix_fmt="", matrix="", full_range=False, backend="opencv")
 
 
-def probe_video(path, *, backend: str = "auto") -> VideoInfo:
+def probe_video(path, *, backend: str = "auto", stream: int = 0) -> VideoInfo:
     """A video file's metadata (codec, size, declared frame count, rate, pixel format, color facts)
     without decoding it: the container is opened and its header read.
 
     ``backend``: "auto" (the first of ``available_backends()``), "pyav", "opencv" or "torchvision"
-    (built on PyAV: probed through PyAV). Raises ReaderError naming the file when it is missing or
-    cannot be read.
+    (built on PyAV: probed through PyAV); ``stream``: which video stream (OpenCV reads the first only).
+    Raises ReaderError naming the file when it is missing or cannot be read.
     """
     path = os.fspath(path)
     name = resolve_backend(backend)
@@ -460,16 +325,145 @@ def probe_video(path, *, backend: str = "auto") -> VideoInfo:
         raise ReaderError(f"{path}: video file not found")
     if name == "opencv":
         return _probe_opencv(path)
-    return _probe_pyav(path, backend=name)
+    return _probe_pyav(path, backend=name, stream_index=stream)
 
 
-def count_frames(path) -> int:
+def _video_stream(container, path, index: int):
+    if len(container.streams.video) <= index:
+        raise ReaderError(f"{path}: no video stream {index} (the file has {len(container.streams.video)})")
+    return container.streams.video[index]
+
+
+def count_frames(path, stream: int = 0) -> int:
     """Frames of a file whose container declares no count (some mkv/webm): its video packets, read
     without decoding. Needs PyAV."""
-    av = require("av", "lerobot", "counting video frames with PyAV")
+    return len(frame_times(path, stream))
+
+
+def frame_times(path, stream: int = 0) -> np.ndarray:
+    """float64 [F], sorted: the presentation time (seconds) of every frame of a video stream, from its
+    packets, without decoding (a demux of a 5 MB AV1 file takes milliseconds). The decoder gives each
+    frame its packet's time, so a span's frames are counted here exactly as the decoder keeps them.
+    Needs PyAV (OpenCV: the frames are grabbed, which decodes them)."""
+    path = os.fspath(path)
     try:
-        with av.open(os.fspath(path), mode="r") as container:
-            stream = container.streams.video[0]
-            return sum(1 for packet in container.demux(stream) if packet.size)
+        av = require("av", "lerobot", "reading video frame times with PyAV")
+    except ImportError:
+        return _frame_times_opencv(path)
+    try:
+        with av.open(path, mode="r") as container:
+            st = _video_stream(container, path, stream)
+            tb = float(st.time_base) if st.time_base else None
+            pts = [p.pts for p in container.demux(st) if p.size and p.pts is not None]
+    except ReaderError:
+        raise
     except Exception as e:
         raise ReaderError(f"{path}: cannot read the video with PyAV: {e}") from e
+    if tb is None:
+        raise ReaderError(f"{path}: the video stream has no time base; its frames have no times")
+    return np.sort(np.asarray(pts, np.int64)) * tb
+
+
+def _frame_times_opencv(path) -> np.ndarray:
+    cv2 = require("cv2", "lerobot", "reading video frame times (pip install av)")
+    cap = cv2.VideoCapture(path)
+    try:
+        if not cap.isOpened():
+            raise ReaderError(f"{path}: OpenCV cannot open the video (corrupt or truncated?)")
+        times = []
+        while cap.grab():
+            times.append(cap.get(cv2.CAP_PROP_POS_MSEC) / 1000.0)
+    finally:
+        cap.release()
+    return np.asarray(times, np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# the sources of one stream: their frame format and counts, before anything is decoded
+
+
+def output_format(info: VideoInfo, backend: str) -> str:
+    """What the decoder stores: "yuv420" (PyAV's 4:2:0 planes) or "rgb" (OpenCV and torchvision convert
+    to RGB themselves; RGB-family sources, lossless RGB codecs, would lose color through 4:2:0; every
+    other source, 10-bit, 4:2:2, 4:4:4, is reformatted by swscale to yuv420p)."""
+    if backend != "pyav":
+        return "rgb"
+    return "rgb" if info.pix_fmt in RGB_PIX_FMTS else "yuv420"
+
+
+def _file_spec(info: VideoInfo, resize, backend: str) -> FrameSpec:
+    h, w = resize if resize is not None else (info.height, info.width)
+    if not (h > 0 and w > 0):
+        raise ReaderError(f"{info.path}: the video reports a frame size of {info.width}x{info.height}")
+    return FrameSpec.make(output_format(info, backend), h, w, info.matrix, info.full_range)
+
+
+def as_sources(sources) -> list[VideoSource]:
+    """Every source a VideoSource (paths: whole files); each file present."""
+    if isinstance(sources, (str, bytes, os.PathLike, VideoSource)):
+        raise TypeError("sources must be a list of video files or VideoSources (one per episode), not one")
+    out = [VideoSource.of(s) for s in sources]
+    if not out:
+        raise ValueError("sources is empty: pass one video file or VideoSource per episode")
+    lost = sorted({s.path for s in out if not os.path.isfile(s.path)})
+    if lost:
+        more = f" ({len(lost)} of {len({s.path for s in out})} files are missing)" if len(lost) > 1 else ""
+        raise ReaderError(f"{lost[0]}: video file not found{more}")
+    return out
+
+
+def probe_sources(sources, *, resize=None, backend: str = "auto", workers: int | None = None
+                  ) -> tuple[FrameSpec, np.ndarray, list[VideoInfo]]:
+    """Metadata of every source of ONE stream (one per episode), read without decoding.
+
+    Returns (spec, counts, infos): the frames' geometry after ``resize``, the frames each source will
+    give (int64 [S]: a whole file's declared count, or its packets counted where it declares none; a
+    span's frames counted from the file's packet times, ``span_bounds``), and each source's file's
+    ``VideoInfo``. A file shared by several sources is opened once. Raises ReaderError naming the file
+    when a file is missing or unreadable, when its size (without ``resize``), format or color facts
+    differ from the first file's, or when a source holds no frame.
+    """
+    sources = as_sources(sources)
+    resize = check_resize(resize)
+    name = resolve_backend(backend)
+    files = list(dict.fromkeys((s.path, s.stream) for s in sources))
+    spanned = {f for f, s in zip(((s.path, s.stream) for s in sources), sources) if not s.whole}
+
+    def probe(f):
+        path, stream = f
+        info = probe_video(path, backend=name, stream=stream)
+        times = frame_times(path, stream) if f in spanned or (info.frames <= 0 and name != "opencv") else None
+        return info, times
+
+    workers = min(len(files), workers or max(4, cpu_count()), 32)  # opening containers is mostly waiting on I/O
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-probe") as pool:
+            probed = dict(zip(files, pool.map(probe, files)))
+    else:
+        probed = {f: probe(f) for f in files}
+    specs = {f: _file_spec(info, resize, name) for f, (info, _) in probed.items()}
+    first = specs[files[0]]
+    for f, spec in specs.items():
+        if spec != first:
+            diff = ", ".join(f"{k} {getattr(spec, k)!r} (first file: {getattr(first, k)!r})"
+                             for k in ("format", "height", "width", "matrix", "full_range")
+                             if getattr(spec, k) != getattr(first, k))
+            hint = " (pass resize=(height, width) to bring every file to one size)" \
+                if spec.height != first.height or spec.width != first.width else ""
+            raise ReaderError(f"{f[0]}: {diff}; every file of one stream must give frames of one size "
+                              f"and format as {files[0][0]} does{hint}")
+    counts = np.empty(len(sources), np.int64)
+    for i, s in enumerate(sources):
+        info, times = probed[(s.path, s.stream)]
+        if s.whole:
+            counts[i] = info.frames if info.frames > 0 else (len(times) if times is not None else 0)
+            if counts[i] <= 0:
+                raise ReaderError(f"{s.path}: the container declares no frames ({name}); the file is empty, "
+                                  f"corrupt or truncated")
+        else:
+            counts[i] = count_in_spans(times, span_bounds([s], info.fps))[0]
+            if counts[i] <= 0:
+                last = f"{times[-1]:.3f} s" if len(times) else "no frame"
+                raise ReaderError(f"{s}: no frame of the video falls in the span (the file's frames run from "
+                                  f"{times[0] if len(times) else 0:.3f} to {last})")
+    return first, counts, [probed[(s.path, s.stream)][0] for s in sources]

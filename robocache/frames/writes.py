@@ -1,0 +1,159 @@
+"""Decoded rows to the cache (or disk-tier) file: the writer, the writes on threads of their own, the
+commit that makes the file a cache entry."""
+
+from __future__ import annotations
+
+import errno
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import cache as _cache
+
+
+def open_writer(entry, name, nbytes, tier, required, direct=False, warn=True):
+    """An EntryWriter in the cache dir, or None (warned, unless not `warn`) when it cannot be had and
+    is not required; tier "disk" requires it: CacheError naming the directory and the bytes."""
+    root = entry.root if entry is not None else _cache.frames_dir()
+    try:
+        return _cache.EntryWriter(root, name, nbytes, direct=direct)
+    except OSError as e:
+        if required:
+            raise _cache.CacheError(
+                e.errno, f"tier='disk' needs a {_cache.human_bytes(nbytes)} ({nbytes} bytes) file for the decoded "
+                f"frames in {root}, and cannot have it ({e.strerror or e}): free space there, point "
+                f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host' (or resize)") from e
+        if not warn:
+            return None
+        _cache.warn(f"robocache cannot write its cache in {root} ({e.strerror or e}; {_cache.human_bytes(nbytes)} "
+                    f"needed); going on without a cache")
+        return None
+
+
+class FileWrites:
+    """The decoded rows' writes to the cache (or disk-tier) file, on threads of their own: a decoder
+    hands rows over and goes on decoding while they go to the page cache (a write of 32 MB there
+    takes ~10 ms of a core that the decoder would otherwise have waited out). ``submit(first_row,
+    rows)`` returns a future, whatever order the rows come in (pwrite is positional).
+
+    ``direct`` (the host tier, an entry large against the RAM): whole 4 KiB blocks through O_DIRECT
+    (a DMA from the page-aligned host buffer, no copy into the page cache), the partial blocks at
+    either end of a span through the page cache; a filesystem refusing O_DIRECT (EINVAL) falls back
+    to the page cache. A failure goes to ``failed`` and the later writes are skipped (the ingest goes
+    on without a cache), except for tier "disk", whose file is its data: CacheError."""
+
+    THREADS = 4
+
+    def __init__(self, writer, fb: int, tier: str, nbytes: int):
+        self.writer, self.fb, self.tier, self.nbytes = writer, fb, tier, nbytes
+        self.direct = writer.direct  # opened with O_DIRECT: the host tier's large entries
+        self.failed: list = []
+        self.pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="robocache-cache-write")
+
+    def submit(self, first_row: int, rows: np.ndarray):
+        return self.pool.submit(self._write, first_row * self.fb, rows.reshape(-1))
+
+    def _write(self, offset: int, flat: np.ndarray) -> None:
+        if self.failed:
+            return
+        try:
+            if self.direct and flat.ctypes.data % self.writer.BLOCK == offset % self.writer.BLOCK:
+                block = self.writer.BLOCK
+                lo = min(len(flat), -offset % block)                     # to the first block boundary
+                hi = max(lo, (offset + len(flat)) // block * block - offset)  # from the last one
+                if hi > lo:
+                    try:
+                        self.writer.write_direct(offset + lo, flat[lo:hi])
+                        self._buffered(offset, flat[:lo])
+                        self._buffered(offset + hi, flat[hi:])
+                        return
+                    except OSError as e:
+                        if e.errno != errno.EINVAL:
+                            raise
+                        self.direct = False  # the filesystem refused O_DIRECT after all: page cache
+            self._buffered(offset, flat)
+        except OSError as e:
+            if self.tier == "disk":
+                raise _cache.CacheError(
+                    e.errno, f"tier='disk' could not write {_cache.human_bytes(self.nbytes)} ({self.nbytes} bytes) "
+                    f"of decoded frames to {self.writer.root} ({e.strerror or e}): free space there, point "
+                    f"ROBOCACHE_CACHE_DIR at a larger local disk, or use tier='host'") from e
+            self.failed.append(e)
+
+    def _buffered(self, offset: int, flat: np.ndarray) -> None:
+        if len(flat):
+            self.writer.write(offset, flat)
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            self.failed.append(None)  # queued writes return at once
+        self.pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def write_direct(nbytes: int, reserve: int = 0) -> bool:
+    """Whether the host tier writes its cache file with O_DIRECT: when the entry is large against the
+    memory left (> 1/4 of MemAvailable less ``reserve``, the host buffer still to fill). Through the page
+    cache, a small entry stays cached and the next load reads it at memory speed; a large one could
+    not stay (the frames themselves fill the RAM), so copying it there would only cost CPU and evict
+    other files. ROBOCACHE_CACHE_DIRECT=1 / 0 forces either."""
+    env = os.environ.get("ROBOCACHE_CACHE_DIRECT")
+    if env in ("0", "1"):
+        return env == "1"
+    avail = mem_available()
+    return avail is not None and nbytes > max(0, avail - reserve) // 4
+
+
+def stat_or_none(paths):
+    try:
+        return _cache.stat_sources(paths)
+    except OSError:
+        return None
+
+
+def commit(writer, entry, paths, sources, options, spec, counts, times, tier):
+    """Commits the writer's file as the cache entry; returns its path, or None (warned) where it is
+    not kept: no entry asked for, a source changed while it was decoded, the commit failed (tier
+    "disk": CacheError). An entry not kept is removed, except tier disk's file (the caller maps it)."""
+    if entry is None:
+        return None
+    if stat_or_none(paths) != sources:
+        _cache.warn("robocache did not keep a cache entry: a source file changed while it was decoded")
+        if tier != "disk":
+            writer.abort()
+        return None
+    try:
+        all_times = np.concatenate(times) if times else np.zeros(0)
+        return str(writer.commit(key=_cache.entry_key(sources, options), spec=spec.to_dict(), counts=counts,
+                                 times=all_times, sources=sources, options=options))
+    except OSError as e:
+        writer.abort()
+        if tier == "disk":
+            raise _cache.CacheError(e.errno, f"tier='disk' could not finish its cache file in {writer.root} ({e})") from e
+        _cache.warn(f"robocache could not write its cache in {writer.root} ({e}); going on without it")
+        return None
+
+
+class Done:
+    """A ring half's hand-over (tiers device and disk): its copy to the device (a CUDA event), its
+    write to the file (a future; raises what the write raised)."""
+
+    def __init__(self, event, future):
+        self.event, self.future = event, future
+
+    def wait(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+        if self.future is not None:
+            self.future.result()

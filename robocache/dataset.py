@@ -1288,9 +1288,35 @@ class Dataset:
 
     def _task_index(self) -> np.ndarray:
         """Per episode position, the index in ``ds.tasks`` of its first task, -1 when it has none
-        (int64 numpy ``[E]``): a sample's ``task_index``."""
+        (int64 numpy ``[E]``)."""
         pos = {t: k for k, t in enumerate(self.tasks)}
         return np.array([pos[ep.tasks[0]] if ep.tasks else -1 for ep in self.episodes], dtype=np.int64)
+
+    def frame_task_index(self, episode, time) -> np.ndarray:
+        """The ``task_index`` (into ``ds.tasks``) of each sample ``(episode position, time)``, int64 numpy:
+        the task of the frame nearest ``time`` where the source gives a task per frame (LeRobot's
+        ``task_index`` column: a task may change within an episode), else the episode's first task (-1 when
+        it has none). Host work, once per loader: the loader's identity tables are built from it."""
+        episode = np.asarray(episode, np.int64).reshape(-1)
+        time = np.asarray(time, np.float64).reshape(-1)
+        s = self.streams.get("task_index")
+        if s is None or s.kind not in ("discrete", "continuous") or s.values.ndim != 1 \
+                or s.values.dtype.is_floating_point:
+            return self._task_index()[episode]
+        off = s._offsets_host
+        times, values = s.times.cpu().numpy(), s.values.cpu().numpy().astype(np.int64)
+        out = self._task_index()[episode]
+        for e in np.unique(episode):
+            lo, hi = int(off[e]), int(off[e + 1])
+            if hi == lo:
+                continue
+            at = np.flatnonzero(episode == e)
+            t = times[lo:hi]
+            k = np.clip(np.searchsorted(t, time[at]), 1, hi - lo - 1) if hi - lo > 1 else np.zeros(len(at), np.int64)
+            if hi - lo > 1:
+                k = k - (time[at] - t[k - 1] <= t[k] - time[at])  # the nearer row, the earlier one on a tie
+            out[at] = values[lo + k]
+        return np.where((out >= 0) & (out < len(self.tasks)), out, -1)
 
     # --- map-style access: one frame, as LeRobotDataset's ds[i] ------------------------------
 
@@ -1324,7 +1350,7 @@ class Dataset:
         i %= N
         a = self.streams[self.anchor]
         e = int(np.searchsorted(a._offsets_host, i, side="right") - 1)
-        task = int(self._task_index()[e])
+        task = int(self.frame_task_index([e], [float(a.times[i])])[0])
         out = {"episode_index": torch.tensor(self.episodes[e].index),
                "frame_index": torch.tensor(i - int(a._offsets_host[e])), "timestamp": a.times[i],
                "index": torch.tensor(i), "task_index": torch.tensor(task),

@@ -208,14 +208,14 @@ class DataLoader:
         if not self.identity:
             return
         ds, dev = self.dataset, self.device
-        ep_h = self._table.host_table()[0]         # host copies, once (construction may sync)
+        ep_h, t_h = self._table.host_table()       # host copies, once (construction may sync)
         first = np.searchsorted(ep_h, np.arange(len(ds)), side="left")     # the table is grouped by episode
-        task = ds._task_index()
+        task = ds.frame_task_index(ep_h, t_h)      # per sample: a task may change within an episode
         self._id = {"episode_index": torch.from_numpy(ds.episode_index).to(dev),
                     "frame_index": torch.from_numpy(np.arange(ep_h.size) - first[ep_h]).to(dev),
                     "task_index": torch.from_numpy(task).to(dev)}
         text = np.array([*ds.tasks, ""], dtype=object)         # -1 (no task) -> ""
-        self._task_text = text[task[ep_h]] if "task" in self.identity else None
+        self._task_text = text[task] if "task" in self.identity else None
 
     def _identity_batch(self, rows, ep, t, out: dict) -> None:
         """The identity tensors of a batch: ``rows`` (sample rows), ``ep`` (episode positions), ``t``
@@ -224,7 +224,7 @@ class DataLoader:
         make = {"episode_index": lambda: ids["episode_index"].index_select(0, ep),
                 "frame_index": lambda: ids["frame_index"].index_select(0, rows),
                 "timestamp": lambda: t.clone(), "index": lambda: rows.clone(),
-                "task_index": lambda: ids["task_index"].index_select(0, ep)}
+                "task_index": lambda: ids["task_index"].index_select(0, rows)}
         for k in self._id_tensors:
             out[k] = make[k]()
 

@@ -15,6 +15,7 @@ interleaved; the table shows medians.
     python benchmarks/bench_ingest.py                       # the 14 real AV1 episodes (480x640)
     python benchmarks/bench_ingest.py --generate 24 --frames 300 --json out.json
     python benchmarks/bench_ingest.py --threads 0,1,2       # sweep decoder threads per file
+    python benchmarks/bench_ingest.py --smoke               # 2 files, tier host, once (CI)
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-REAL = Path(__file__).resolve().parents[2] / "shared/data/cr5_flashdrive_av1/videos/chunk-000/observation.images.top"
+REAL = Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[2] / "shared/data") \
+    / "cr5_flashdrive_av1/videos/chunk-000/observation.images.top"
 
 
 def cpu_seconds() -> float:
@@ -100,7 +102,7 @@ def generate(folder: Path, episodes: int, frames: int, h: int = 480, w: int = 64
 def pyav_alone(paths, workers, threads, copy):
     import av
 
-    from robocache.frames.ingest import THREAD_TYPE
+    from robocache.video.decode import THREAD_TYPE
 
     def one(p):
         n = 0
@@ -141,13 +143,17 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cache-base", type=Path, default=None, help="where the cold runs' cache dirs are made")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="2 files, tier host, once: seconds on a CPU")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.episodes, args.tiers, args.repeat = 2, "host", 1
 
     import torch
 
     from robocache.frames import ingest as rc_ingest
-    from robocache.frames.ingest import ingest_videos, probe_videos
-    from robocache.frames.planes import cpu_count
+    from robocache._util import cpu_count
+    from robocache.frames.ingest import ingest_videos
+    from robocache.video import probe_sources
 
     if args.generate:
         folder = args.gen_dir or Path(tempfile.gettempdir()) / f"robocache-gen-{args.generate}x{args.frames}"
@@ -161,7 +167,7 @@ def main(argv=None) -> int:
         if not paths:
             ap.error(f"no mp4 files in {args.data}")
         source = f"{args.data} ({len(paths)} files)"
-    spec, counts, infos = probe_videos(paths)
+    spec, counts, infos = probe_sources(paths)
     n_frames = int(counts.sum())
     tiers = args.tiers.split(",") if args.tiers else ["host", "disk"] + (["device"] if torch.cuda.is_available() else [])
     cores = cpu_count()

@@ -294,6 +294,20 @@ def lookup(entry: Entry, paths, options: dict, *, spec: dict | None, counts, red
         return None
 
 
+def peek(entry: Entry, paths, options: dict) -> dict | None:
+    """The metadata of ``entry`` when it looks current for these sources and options (complete, this
+    format, the key of the sources as they are now), without reading its data or checksum: the memory
+    plan's spec and counts on a reload, before the load validates the entry itself. None otherwise."""
+    try:
+        meta = json.loads(entry.meta_path.read_bytes().decode("utf-8"))
+        if (isinstance(meta, dict) and meta.get("version") == FORMAT_VERSION and meta.get("complete") is True
+                and meta.get("key") == entry_key(stat_sources(paths), options)):
+            return meta
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def open_entry(paths, options: dict, label: str = "") -> Entry:
     return Entry(entry_name(paths, options, label), frames_dir())
 

@@ -119,6 +119,26 @@ def file_rates(sources, infos, backend: str) -> list:
     return [rates[(s.path, s.stream)] for s in sources]
 
 
+def entry_label(sources, desc: str) -> str:
+    return desc or os.path.basename(os.path.dirname(sources[0].path))
+
+
+def cached_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""):
+    """``(spec, counts)`` of the cache entry ``ingest_videos`` would read for these sources, when one looks
+    current; else None. A reload's memory plan starts from it instead of probing the files (a v3.0 span's
+    frames are counted from its file's packets: a demux of every file)."""
+    sources = as_sources(sources)
+    options = cache_options(sources, check_resize(resize), resolve_backend(backend))
+    meta = _cache.peek(_cache.open_entry([s.path for s in sources], options, entry_label(sources, desc)),
+                       [s.path for s in sources], options)
+    if meta is None:
+        return None
+    try:
+        return FrameSpec.from_dict(meta["spec"]), np.asarray(meta["counts"], np.int64)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # the public entry point
 
@@ -184,7 +204,7 @@ def ingest_videos(sources, *, tier: str, device=None, resize=None, backend: str 
                              f"got {counts!r}")
     options = cache_options(sources, resize, name)
     paths = [s.path for s in sources]
-    label = desc or os.path.basename(os.path.dirname(paths[0]))
+    label = entry_label(sources, desc)
 
     entry = _cache.open_entry(paths, options, label) if cache else None
     with entry.lock() if entry is not None else contextlib.nullcontext():

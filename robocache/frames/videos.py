@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 
 from .compress import ingest_compressed
 from ..video import probe_sources
-from .ingest import ingest_videos
+from .ingest import cached_layout, ingest_videos
 from .jpeg import check_qscale
 from .plan import Need, budgets, plan
 from .store import FrameStore
@@ -27,8 +27,7 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
     anything is decoded (a reader's consistency check: it raises to stop the load).
     """
     check_qscale(jpeg_qscale)
-    probed = {k: probe_sources(list(paths), resize=resize, backend=backend, workers=workers)
-              for k, paths in videos.items()}
+    probed = {k: _layout(k, list(paths), resize, backend, workers, cache) for k, paths in videos.items()}
     if check is not None:
         for k, (_, counts, _) in probed.items():
             check(k, counts)
@@ -69,3 +68,13 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
                            full_range=spec.full_range, path=got.cache_path)
         out[k] = (store, list(got.times))
     return out
+
+
+def _layout(key, sources, resize, backend, workers, cache):
+    """``(spec, counts, infos)`` of a stream's sources: from its cache entry when one looks current (infos
+    None: nothing was opened), else probed."""
+    if cache:
+        known = cached_layout(sources, resize=resize, backend=backend, desc=f"decoding {key}")
+        if known is not None:
+            return (*known, None)
+    return probe_sources(sources, resize=resize, backend=backend, workers=workers)

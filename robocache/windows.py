@@ -39,7 +39,7 @@ class Window:
     offsets : sequence of float, optional
         Target times relative to the anchor, in seconds (LeRobot ``delta_timestamps``).
     indices : sequence of int, optional
-        Steps relative to the anchor at ``rate`` Hz (GR00T ``delta_indices``, e.g. ``range(16)``);
+        Whole steps relative to the anchor at ``rate`` Hz (GR00T ``delta_indices``, e.g. ``range(16)``);
         target times are ``indices / rate``. Give ``offsets`` or ``indices``, not both; neither
         means ``offsets=[0.0]`` (the value at the anchor).
     rate : float, optional
@@ -64,7 +64,8 @@ class Window:
         antialias off); uint8 output is rounded back to uint8.
     dtype : torch.dtype or str, optional
         Cast the values to this dtype last (default: the stored dtype; float32 when normalized). A
-        name (``"bfloat16"``) or a NumPy dtype is taken too.
+        name (``"bfloat16"``) or a NumPy dtype is taken too. With ``normalize`` or ``layout="BTCHW"`` it
+        must be a floating dtype (the scaled values would truncate to integers: an error).
     pad : {"edge", "zero"}
         What padded steps (``{key}_is_pad`` True) hold: ``"edge"`` (default) the episode's
         first/last value (resample's rule; GR00T's rule for absolute keys, LeRobot's clamped

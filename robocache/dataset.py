@@ -105,7 +105,7 @@ def _device(device, arg: str = "device"):
     return dev
 
 
-class Streams(dict):
+class Streams(dict[str, "Stream"]):
     """``ds.streams``: stream name -> :class:`Stream`, a dict whose missing name is a KeyError that names
     the streams there are (and the closest one), not a bare ``KeyError: 'actions'``."""
 

@@ -415,8 +415,8 @@ def main(argv=None) -> int:
     trained = {}
     for name, cpu_ds, w, anchor in sets:
         gpu_ds = cpu_ds.to(dev)
-        rc = robocache.DataLoader(gpu_ds, B, seed=0, windows=w, drop_last=True)
-        rce = robocache.DataLoader(gpu_ds, B, seed=0, windows=w, drop_last=True, cuda_graph=False)
+        rc = robocache.DataLoader(gpu_ds, B, shuffle=True, seed=0, windows=w, drop_last=True)
+        rce = robocache.DataLoader(gpu_ds, B, shuffle=True, seed=0, windows=w, drop_last=True, cuda_graph=False)
         tdl = make_torch_loader(cpu_ds, w, B, seed=0, num_workers=args.workers, pin_memory=True,
                                 drop_last=True, persistent_workers=args.workers > 0,
                                 prefetch_factor=4 if args.workers else None)

@@ -115,7 +115,7 @@ class PyAVFrames(torch.utils.data.Dataset):
 
 
 def loader_rate(ds, cam, B, n, **kw) -> dict:
-    loader = robocache.DataLoader(ds, B, seed=0, windows=windows(cam), drop_last=True, **kw)
+    loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(cam), drop_last=True, **kw)
     return bl.throughput(bl.endless(lambda: iter(loader)), B, n, warm=3)
 
 
@@ -171,11 +171,11 @@ def main(argv=None) -> int:
             r = loader_rate(ds, CAM, B, args.batches)
             report(f"real {tier}", {**r, "load_s": load_s, "frames": len(f), "frame_GB": f.nbytes / 1e9})
             if fixed_batch is None:
-                fixed_batch = next(iter(robocache.DataLoader(ds, B, seed=9, windows=windows(CAM))))
+                fixed_batch = next(iter(robocache.DataLoader(ds, B, shuffle=True, seed=9, windows=windows(CAM))))
                 fixed_batch = {k: v.clone() for k, v in fixed_batch.items()}
             # one loader, an iterator per epoch (as a training script): a loader per epoch would
             # capture its batch graphs anew each time
-            loader = robocache.DataLoader(ds, B, seed=1, windows=windows(CAM))
+            loader = robocache.DataLoader(ds, B, shuffle=True, seed=1, windows=windows(CAM))
             loops[f"robocache {tier}"] = (lambda loader=loader: iter(bl.endless(lambda: iter(loader))), 3)
         if not args.skip_contender:
             import json as js
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
             Path("/proc/sys/vm/drop_caches").write_text("3\n")          # cold: frames come from the disk
         f = ds.streams["cam"].frames
         r = loader_rate(ds, "cam", B, args.batches)
-        loader = robocache.DataLoader(ds, B, seed=2, windows=windows("cam"))
+        loader = robocache.DataLoader(ds, B, shuffle=True, seed=2, windows=windows("cam"))
         rr = bl.train_loop(bl.endless(lambda loader=loader: iter(loader)),
                            args.steps * 5, 3, dev)
         report(f"big {tier} {f.nbytes / 1e9:.0f} GB YUV ({2 * f.nbytes / 1e9:.0f} GB as RGB)",

@@ -14,6 +14,7 @@ loader can call resample with ``check=False`` and never sync. torch is imported 
 
 from __future__ import annotations
 
+import difflib
 import html
 import math
 import sys
@@ -96,6 +97,45 @@ def _default_device():
         if _build_info()["cuda"]:
             return torch.device("cuda")
     return torch.device("cpu")
+
+
+def _device(device, arg: str = "device"):
+    """``device`` as a torch.device (None: the default one; a bare "cuda": the current GPU). A GPU this
+    process cannot use is a ValueError naming ``arg``, the value and why (torch's own is an AssertionError
+    deep in a copy, "Torch not compiled with CUDA enabled")."""
+    torch = _torch()
+    if device is None:
+        return _default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{arg}={device!r} is not a device ({e}); expected 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type != "cuda":
+        return dev
+    from ._C import _build_info
+    info = _build_info()
+    if not info["cuda"]:
+        raise ValueError(f"{arg}={device!r}, but this robocache was built without its CUDA kernels "
+                         f"(cpu_only_reason {info['cpu_only_reason']!r}: `python -m robocache info`); use "
+                         f"{arg}='cpu', or reinstall with a CUDA toolkit (docs/install.md)")
+    if not torch.cuda.is_available():
+        why = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
+        raise ValueError(f"{arg}={device!r}, but torch {torch.__version__} has no GPU ({why}); use {arg}='cpu'")
+    if dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        raise ValueError(f"{arg}={device!r}, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
+class Streams(dict[str, "Stream"]):
+    """``ds.streams``: stream name -> :class:`Stream`, a dict whose missing name is a KeyError that names
+    the streams there are (and the closest one), not a bare ``KeyError: 'actions'``."""
+
+    def __missing__(self, name):
+        near = difflib.get_close_matches(str(name), [str(n) for n in self], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise KeyError(f"unknown stream {name!r}; the dataset has {sorted(self)}{hint}")
 
 
 def _progress(iterable, total: int, desc: str):
@@ -450,14 +490,13 @@ class Stream:
 
     def to(self, device) -> "Stream":
         """A copy of the stream on ``device`` (self when it is there already)."""
-        torch = _torch()
-        device = torch.device(device)
+        device = _device(device)
         if device == self.device:
             return self
         move = lambda t: None if t is None else t.to(device)
         fs = None
         if self.file_stats is not None:
-            fs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.file_stats.items()}
+            fs = {k: (v.to(device) if isinstance(v, _torch().Tensor) else v) for k, v in self.file_stats.items()}
         s = Stream(self.name, self.kind, self.mode, move(self.values), move(self.times), move(self.offsets),
                    frame_offsets=move(self.frame_offsets), feature_names=self.feature_names, file_stats=fs,
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
@@ -577,10 +616,7 @@ class _Loader:
         self.frames = dict(frames or {})
         self.kinds, self.modes, self.rates = dict(kinds or {}), dict(modes or {}), dict(rates or {})
         self.stats, self.feature_names = dict(stats or {}), dict(feature_names or {})
-        dev = self.torch.device(device) if device is not None else _default_device()
-        if dev.type == "cuda" and dev.index is None:
-            dev = self.torch.device("cuda", self.torch.cuda.current_device())
-        self.device = dev
+        self.device = _device(device)
         self.source = source if source is not None else "Dataset.from_episodes"
         self.validate = validate
         self.episode_ids = None   # the source's episode numbers (from_episodes(episode_index=)), for messages
@@ -923,7 +959,7 @@ class Dataset:
 
     def __init__(self, streams: Mapping[str, Stream], episodes: Sequence[Episode], *, device,
                  time_origin_ns: int | None = None, source: str | None = None, tasks: Sequence[str] | None = None):
-        self.streams = dict(streams)
+        self.streams = Streams(streams)
         self.episodes = list(episodes)
         self.device = device
         self.time_origin_ns = time_origin_ns
@@ -1473,10 +1509,7 @@ class Dataset:
     def to(self, device) -> "Dataset":
         """A Dataset with every tensor on ``device``; self when it is there already (as
         ``torch.Tensor.to``). The original is left as it was."""
-        torch = _torch()
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = _device(device)
         if all(s.device == device for s in self.streams.values()) and self.device == device:
             return self
         streams = {n: s.to(device) for n, s in self.streams.items()}

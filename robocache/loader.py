@@ -22,14 +22,15 @@ each epoch's order in sampling.py; this file is iteration, prefetch, graphs and 
 
 from __future__ import annotations
 
+import reprlib
 import threading
-import warnings
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from .dataset import Dataset, _torch
 from .sampling import Samples, distributed, episode_shard, loaded_shard
+from .user_warning import warn
 from .windows import Window, _plan, _run_plan
 
 __all__ = ["DataLoader", "Window"]
@@ -50,7 +51,8 @@ class DataLoader:
     dataset : robocache.Dataset
     batch_size : int
     shuffle : bool
-        A new permutation of all samples each epoch, a pure function of (seed, epoch).
+        A new permutation of all samples each epoch, a pure function of (seed, epoch). Default
+        False (sample order), as ``torch.utils.data.DataLoader``: pass ``shuffle=True`` to train.
     drop_last : bool
         Drop the last batch when it is smaller than ``batch_size``.
     seed : int
@@ -63,7 +65,8 @@ class DataLoader:
         (earliest first to latest last sample of the window streams).
     sampler : iterable of int, optional
         Sample indices (into the sample table, ``0 <= i < loader.num_samples``) for each epoch,
-        replacing the internal order; ``shuffle`` must then be False. ``set_epoch`` is forwarded.
+        replacing the internal order (works with the defaults; ``shuffle=True`` with a sampler is an
+        error, as in torch). ``set_epoch`` is forwarded.
     collate_fn : callable, optional
         Applied to each produced batch dict (on the consumer's stream) before it is yielded.
     generator : torch.Generator, optional
@@ -111,7 +114,7 @@ class DataLoader:
         start and nothing to pin. ``worker_init_fn`` is never called.
     """
 
-    def __init__(self, dataset: Dataset, batch_size: int = 1, shuffle: bool = True, drop_last: bool = False,
+    def __init__(self, dataset: Dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  seed: int = 0, *, windows: Mapping[str, Window | str] | None = None, anchor: str | None = None,
                  rate: float | None = None, sampler: Iterable[int] | None = None,
                  collate_fn: Callable[[dict], Any] | None = None, generator=None, device=None,
@@ -126,6 +129,10 @@ class DataLoader:
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if windows is not None and not isinstance(windows, Mapping):
+            raise TypeError(f"windows: expected a dict {{output key: Window or stream name}}, got "
+                            f"{type(windows).__name__} {reprlib.repr(windows)}; e.g. "
+                            "windows={'state': robocache.Window('observation.state')}")
         if not windows:
             raise ValueError("windows: give at least one output key, e.g. "
                              "windows={'state': robocache.Window('observation.state')}")
@@ -183,6 +190,11 @@ class DataLoader:
         self._graph, self._tables, self._side, self._warm = None, None, None, False
         self._ahead = None             # the thread of host-staged batches (_stager)
         self._graph_lock = threading.Lock()
+        if self.drop_last and 0 < self.num_samples < self.batch_size:
+            # torch yields nothing here too, but a training loop that silently never steps is rarely meant
+            warn(f"robocache.DataLoader: drop_last=True with batch_size={self.batch_size} and {self.num_samples} "
+                 f"samples per epoch{' on this rank' if self.world_size > 1 else ''}: every epoch has 0 batches; "
+                 f"use a batch_size <= {self.num_samples} or drop_last=False")
 
     def _identity(self, identity) -> None:
         """The identity keys asked for, and their tables: ``[E]`` per episode / ``[N]`` per sample on the
@@ -297,12 +309,14 @@ class DataLoader:
 
     # --- iteration -----------------------------------------------------------------------
 
-    def _make(self, episodes, times, k: int) -> dict:
+    def _make(self, episodes, times, host_order, k: int) -> dict:
+        """Batch k of an epoch: ``episodes``/``times`` its device tables, ``host_order`` the same order on the
+        host, the iterator's own (host-staged frames pick their ids from it, so they are the samples' frames)."""
         a = k * self.batch_size
         host = None
         if self._host_plans:
             ep_h, t_h = self._table.host_table()
-            rows = self._table.host_order[a:a + self.batch_size]
+            rows = host_order[a:a + self.batch_size]
             host = (ep_h[rows], t_h[rows])
         return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size], host)
 
@@ -358,9 +372,11 @@ class DataLoader:
 
     def _iter_cpu(self, epoch, start, n):
         episodes, times = self._epoch_tables(epoch)
-        host_order = self._table.host_order           # this epoch's, on the host (the task text)
+        # this iterator's order on the host (frame ids, task text), kept here: another iterator or
+        # loader.order(e) replaces the table's
+        host_order = self._table.host_order
         for k in range(start, n):
-            batch = self._make(episodes, times, k)
+            batch = self._make(episodes, times, host_order, k)
             self._attach_task(batch, host_order, k)
             yield self._hand_over(batch)
 
@@ -384,7 +400,7 @@ class DataLoader:
         try:
             with torch.cuda.stream(side):
                 episodes, times = self._epoch_tables(epoch, static=graphed)
-                host_order = self._table.host_order   # this epoch's, on the host (the task text)
+                host_order = self._table.host_order   # this iterator's, as in _iter_cpu
                 if graphed and self._graph is not None:
                     self._graph.reset(start)
             full = self.num_samples // self.batch_size      # batches of batch_size samples
@@ -406,7 +422,7 @@ class DataLoader:
                 # eager: the first batch (warm-up), the last short one, a batch when every graph
                 # slot is still held by the caller
                 with torch.cuda.stream(side):
-                    batch = self._make(episodes, times, k)
+                    batch = self._make(episodes, times, host_order, k)
                     if graphed and self._graph is not None:
                         self._graph.reset(k + 1)            # replays go on after this batch
                     ready.record(side)
@@ -476,9 +492,8 @@ class DataLoader:
                 self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
         except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
             self.cuda_graph = False
-            warnings.warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); "
-                          "batches are made without it (cuda_graph=False silences this)", RuntimeWarning,
-                          stacklevel=3)
+            warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); batches are made "
+                 "without it (cuda_graph=False silences this)", RuntimeWarning)
             return
         self._graph.reset(k)
 

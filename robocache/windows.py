@@ -10,6 +10,7 @@ one ragged resample or fuse, then tensor ops, no Python loop over samples.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -38,7 +39,7 @@ class Window:
     offsets : sequence of float, optional
         Target times relative to the anchor, in seconds (LeRobot ``delta_timestamps``).
     indices : sequence of int, optional
-        Steps relative to the anchor at ``rate`` Hz (GR00T ``delta_indices``, e.g. ``range(16)``);
+        Whole steps relative to the anchor at ``rate`` Hz (GR00T ``delta_indices``, e.g. ``range(16)``);
         target times are ``indices / rate``. Give ``offsets`` or ``indices``, not both; neither
         means ``offsets=[0.0]`` (the value at the anchor).
     rate : float, optional
@@ -63,7 +64,8 @@ class Window:
         antialias off); uint8 output is rounded back to uint8.
     dtype : torch.dtype or str, optional
         Cast the values to this dtype last (default: the stored dtype; float32 when normalized). A
-        name (``"bfloat16"``) or a NumPy dtype is taken too.
+        name (``"bfloat16"``) or a NumPy dtype is taken too. With ``normalize`` or ``layout="BTCHW"`` it
+        must be a floating dtype (the scaled values would truncate to integers: an error).
     pad : {"edge", "zero"}
         What padded steps (``{key}_is_pad`` True) hold: ``"edge"`` (default) the episode's
         first/last value (resample's rule; GR00T's rule for absolute keys, LeRobot's clamped
@@ -159,17 +161,15 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
     if w.offsets is not None and w.indices is not None:
         raise ValueError(f"windows[{key!r}]: give offsets (seconds) or indices (steps), not both")
     if w.indices is not None:
-        idx = np.asarray(list(w.indices), dtype=np.float64)
+        idx = _steps(key, "indices", w.indices)
         rate = w.rate if w.rate is not None else (streams[0].nominal_rate or streams[0].rate)
         if not rate or not math.isfinite(rate) or rate <= 0:
             raise ValueError(f"windows[{key!r}]: indices need a positive rate (Hz), got {rate!r}")
         offs = idx / float(rate)
         default_mode = "nearest"
     else:
-        offs = np.asarray([0.0] if w.offsets is None else list(w.offsets), dtype=np.float64)
+        offs = np.zeros(1) if w.offsets is None else _steps(key, "offsets", w.offsets)
         default_mode = None
-    if offs.ndim != 1 or offs.size == 0 or not np.isfinite(offs).all():
-        raise ValueError(f"windows[{key!r}]: offsets/indices must be a non-empty list of finite numbers")
 
     if isinstance(w.mode, Mapping):
         unknown = set(w.mode) - set(names)
@@ -189,13 +189,18 @@ def _plan(key: str, w: Window, ds: Dataset) -> _Plan:
     layout = w.layout or "BTHWC"
     if layout not in LAYOUTS:
         raise ValueError(f"windows[{key!r}]: layout {layout!r} is not one of {LAYOUTS}")
-    if w.resize is not None and (len(w.resize) != 2 or min(w.resize) <= 0):
-        raise ValueError(f"windows[{key!r}]: resize must be (H, W) > 0, got {w.resize!r}")
+    resize = _resize(key, w.resize)
+    dtype = _dtype(torch, key, w.dtype)
+    # a float result in [-1, 1] or [0, 1] cast to integers is all zeros (and +-1): never what was meant
+    scaled = (f"normalize={w.normalize!r}" if w.normalize is not None else
+              "layout='BTCHW'" if layout == "BTCHW" else None)
+    if scaled and dtype is not None and not dtype.is_floating_point:
+        raise ValueError(f"windows[{key!r}]: dtype {dtype} with {scaled}: the scaled values are floats in [-1, 1] "
+                         f"or [0, 1] and would truncate to integers (mostly 0); give a floating dtype (float32, "
+                         f"bfloat16, ...) or leave dtype out")
 
     p = _Plan(key, names, modes, torch.as_tensor(offs, dtype=torch.float64, device=ds.device), float(w.tolerance),
-              image, layout=layout, resize=tuple(w.resize) if w.resize is not None else None,
-              dtype=_dtype(torch, key, w.dtype),
-              zero_pad=w.pad == "zero")
+              image, layout=layout, resize=resize, dtype=dtype, zero_pad=w.pad == "zero")
     if cloud:
         if w.normalize is not None or w.max_dim is not None:
             raise ValueError(f"windows[{key!r}]: normalize/max_dim are not for point clouds (voxel grids)")
@@ -368,6 +373,45 @@ def _run_plan(p: _Plan, ds: Dataset, episodes, new_times, out: dict, host=None) 
         # a copy, not a broadcast view of the plan's mask: a caller writing into the batch's mask
         # would write into every later batch's
         out[p.key + "_dim_mask"] = p.dim_mask.expand(x.shape).clone()
+
+
+def _steps(key: str, arg: str, values) -> np.ndarray:
+    """A window's ``offsets`` (seconds) or ``indices`` (whole steps) as float64 ``[T]``; a scalar, text, a
+    fractional index or a non-finite value is an error naming the key, the argument and the value."""
+    what = "whole steps, e.g. range(16)" if arg == "indices" else "seconds, e.g. [-0.1, 0.0]"
+    try:
+        vals = None if isinstance(values, (str, bytes)) else list(values)
+    except TypeError:       # a number, a 0-d array
+        vals = None
+    if vals is None:
+        raise TypeError(f"windows[{key!r}]: {arg} must be a list of {what}, got {values!r}"
+                        + (f" (for one step: [{values!r}])" if isinstance(values, (int, float, np.number)) else ""))
+    try:
+        steps = np.asarray(vals, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"windows[{key!r}]: {arg} must be a list of numbers ({what}), got "
+                        f"{reprlib.repr(vals)}") from None
+    if steps.ndim != 1 or steps.size == 0 or not np.isfinite(steps).all():
+        raise ValueError(f"windows[{key!r}]: {arg} must be a non-empty list of finite numbers ({what}), got "
+                         f"{reprlib.repr(vals)}")
+    if arg == "indices" and (steps != np.round(steps)).any():
+        bad = vals[int(np.flatnonzero(steps != np.round(steps))[0])]
+        raise ValueError(f"windows[{key!r}]: indices are whole steps at `rate` Hz (GR00T delta_indices), got {bad!r} "
+                         f"in {reprlib.repr(vals)}; give times in seconds as offsets=")
+    return steps
+
+
+def _resize(key: str, resize) -> tuple[int, int] | None:
+    """``resize`` as ``(H, W)``, two positive ints; anything else is an error naming the key and the value."""
+    if resize is None:
+        return None
+    pair = not isinstance(resize, (str, bytes)) and hasattr(resize, "__len__") and len(resize) == 2
+    if not pair or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in resize):
+        hint = f" (a square: ({resize}, {resize}))" if isinstance(resize, (int, np.integer)) else ""
+        raise TypeError(f"windows[{key!r}]: resize must be (H, W), two ints of pixels, got {resize!r}{hint}")
+    if min(resize) <= 0:
+        raise ValueError(f"windows[{key!r}]: resize must be (H, W) > 0, got {resize!r}")
+    return int(resize[0]), int(resize[1])
 
 
 def _dtype(torch, key, dtype):

@@ -397,7 +397,7 @@ def test_threads_iterating_their_own_loaders_equal_serial(rng, restore_threads):
     datasets = [robocache.Dataset.from_episodes(loader_episodes(rng, 6), device="cpu") for _ in range(4)]
 
     def make(k):
-        return robocache.DataLoader(datasets[k % 4], 8 + k, seed=100 + k, windows=loader_windows(k))
+        return robocache.DataLoader(datasets[k % 4], 8 + k, shuffle=True, seed=100 + k, windows=loader_windows(k))
 
     got, failures = [None] * THREADS, []
     barrier = threading.Barrier(THREADS)

@@ -40,7 +40,7 @@ full = robocache.Dataset.from_episodes(eps, device=dev)
 win = {"joints": Window("joints", offsets=[0.0, 0.01]), "actions": Window("actions", indices=range(4), rate=50)}
 out = {"rank": rank, "world": world}
 # replicated dataset: shards of the global permutation (rank/world from torch.distributed)
-ld = DataLoader(full, 16, seed=11, windows=win)
+ld = DataLoader(full, 16, shuffle=True, seed=11, windows=win)
 out["num_samples"], out["batches"] = ld.num_samples, len(ld)
 out["orders"] = {e: ld.order(e).cpu().tolist() for e in (0, 1)}
 n = 0
@@ -53,7 +53,7 @@ out["yielded"] = n
 out["total"] = int(ld.samples[0].shape[0])
 # shard_episodes: loaded on the CPU, only this rank's episodes go to its GPU
 cpu = robocache.Dataset.from_episodes(eps, device="cpu")
-sh = DataLoader(cpu, 16, seed=11, windows=win, shard_episodes=True, device=dev)
+sh = DataLoader(cpu, 16, shuffle=True, seed=11, windows=win, shard_episodes=True, device=dev)
 out["held"] = [ep.index for ep in sh.dataset.episodes]
 out["sh_batches"] = len(sh)
 out["sh_device"] = str(sh.dataset.device)
@@ -72,7 +72,7 @@ for tier in ("cpu", "disk"):
     st = FrameStore.create(frows, format="yuv420", height=10, width=14, tier=tier, device="cpu", path=path)
     fds = robocache.Dataset.from_episodes([{"joints": ep["joints"]} for ep in eps], device="cpu",
                                           frames={"cam": (st, ctimes)})
-    fl = DataLoader(fds, 8, seed=5, windows=fwin, shard_episodes=True, device=dev)
+    fl = DataLoader(fds, 8, shuffle=True, seed=5, windows=fwin, shard_episodes=True, device=dev)
     got[tier] = (fl, [{k: v.cpu() for k, v in b.items()} for b in fl])
 fl = got["disk"][0]
 out["frames_held"] = len(fl.dataset.streams["cam"].frames)

@@ -69,7 +69,7 @@ def _episodes(rng, E=5):
 
 
 def _batches(ds, **kw):
-    return [{k: v.cpu() for k, v in b.items()} for b in DataLoader(ds, 4, seed=3, windows=WINDOWS, **kw)]
+    return [{k: v.cpu() for k, v in b.items()} for b in DataLoader(ds, 4, shuffle=True, seed=3, windows=WINDOWS, **kw)]
 
 
 def _decoded_reference(store: FrameStore) -> np.ndarray:
@@ -403,7 +403,7 @@ def test_gpu_compressed_batches(rng, name, monkeypatch):
 @pytest.mark.cuda
 def test_compressed_epoch_without_sync(rng):
     ds, _ = _datasets(rng, "cuda")
-    loader = DataLoader(ds, 4, seed=2, windows=WINDOWS)
+    loader = DataLoader(ds, 4, shuffle=True, seed=2, windows=WINDOWS)
     first = [b["hwc"].clone() for b in loader]
     torch.cuda.synchronize()
     loader.set_epoch(0)
@@ -445,7 +445,7 @@ def test_abandoned_iterators_then_an_epoch(rng):
     """Host-staged batches are made on the loader's thread, one ahead: iterators dropped after a batch
     (their prefetched batch still in flight) leave the next epoch whole and equal."""
     ds, _ = _datasets(rng, "cuda")
-    loader = DataLoader(ds, 4, seed=5, windows=WINDOWS)
+    loader = DataLoader(ds, 4, shuffle=True, seed=5, windows=WINDOWS)
     whole = [b["hwc"].clone() for b in loader]
     for _ in range(3):
         loader.set_epoch(0)
@@ -479,7 +479,7 @@ def test_shard_episodes_balances_compressed_bytes(rng, world):
     per_ep = store.episode_bytes(ds.streams["cam"]._offsets_host)
     assert per_ep.sum() == store.offsets[-1] and per_ep[1] * 3 < per_ep[0]
     w = {"cam": Window("cam", offsets=[0.0]), "state": Window("state", offsets=[0.0])}
-    loaders = [DataLoader(ds, 2, windows=w, rank=r, world_size=world, shard_episodes=True, seed=1)
+    loaders = [DataLoader(ds, 2, shuffle=True, windows=w, rank=r, world_size=world, shard_episodes=True, seed=1)
                for r in range(world)]
     held = [ld.dataset.episode_index.tolist() for ld in loaders]
     assert sorted(e for h in held for e in h) == list(range(E))       # disjoint and complete

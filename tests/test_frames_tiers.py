@@ -51,7 +51,7 @@ def _dataset(eps, ctimes, rows, fmt, tier, device, tmp_path):
 
 
 def _batches(ds, **kw):
-    return [{k: v.cpu() for k, v in b.items()} for b in DataLoader(ds, 4, seed=3, windows=WINDOWS, **kw)]
+    return [{k: v.cpu() for k, v in b.items()} for b in DataLoader(ds, 4, shuffle=True, seed=3, windows=WINDOWS, **kw)]
 
 
 def _same(a, b):
@@ -84,7 +84,7 @@ def test_rgb_window_values(rng, tmp_path):
     rows = _rows(rng, sum(len(t) for t in ctimes), "rgb")
     ds = _dataset(eps, ctimes, rows, "rgb", "disk", "cpu", tmp_path)
     s = ds.streams["cam"]
-    for b in DataLoader(ds, 4, seed=1, windows=WINDOWS):
+    for b in DataLoader(ds, 4, shuffle=True, seed=1, windows=WINDOWS):
         B = b["hwc"].shape[0]
         hwc = b["hwc"]
         assert hwc.shape == (B, 3, H, W, 3) and hwc.dtype == torch.uint8
@@ -199,7 +199,7 @@ def test_host_tier_epoch_without_sync(rng, tmp_path):
     rows = _rows(rng, sum(len(t) for t in ctimes), "yuv420")
     ds = _dataset(eps, ctimes, rows, "yuv420", "host", "cuda", tmp_path)
     assert ds.streams["cam"].frames.data.is_pinned()
-    loader = DataLoader(ds, 4, seed=2, windows=WINDOWS)
+    loader = DataLoader(ds, 4, shuffle=True, seed=2, windows=WINDOWS)
     for _ in loader:                          # warm-up: lazy tables, graph capture
         pass
     torch.cuda.synchronize()

@@ -151,22 +151,23 @@ def test_identity_follows_sampler_and_resume(rng):
 
 def test_identity_keys_choice_and_errors(rng):
     ds = multirate(rng)
-    b = next(iter(DataLoader(ds, batch_size=4, identity=["task", "episode_index"], windows={"j": "joints"})))
+    b = next(iter(DataLoader(ds, batch_size=4, shuffle=True, identity=["task", "episode_index"],
+                             windows={"j": "joints"})))
     assert set(b) == {"j", "j_is_pad", "episode_index", "task"}
-    b = next(iter(DataLoader(ds, batch_size=4, identity="task", windows={"j": "joints"})))
+    b = next(iter(DataLoader(ds, batch_size=4, shuffle=True, identity="task", windows={"j": "joints"})))
     assert set(b) == {"j", "j_is_pad", "task"} and len(b["task"]) == 4
-    b = next(iter(DataLoader(ds, batch_size=4, windows={"j": "joints"})))
+    b = next(iter(DataLoader(ds, batch_size=4, shuffle=True, windows={"j": "joints"})))
     assert set(b) == {"j", "j_is_pad"}                                # off by default
     with pytest.raises(ValueError, match=r"identity: unknown keys \['episode'\]"):
-        DataLoader(ds, batch_size=4, identity=["episode"], windows={"j": "joints"})
+        DataLoader(ds, batch_size=4, shuffle=True, identity=["episode"], windows={"j": "joints"})
     with pytest.raises(ValueError, match=r"windows already have the keys \['timestamp'\]"):
-        DataLoader(ds, batch_size=4, identity=True, windows={"timestamp": "joints"})
+        DataLoader(ds, batch_size=4, shuffle=True, identity=True, windows={"timestamp": "joints"})
 
 
 def test_identity_collate_fn_sees_task(rng):
     ds = multirate(rng)
     seen = []
-    loader = DataLoader(ds, batch_size=4, identity=True, windows={"j": "joints"},
+    loader = DataLoader(ds, batch_size=4, shuffle=True, identity=True, windows={"j": "joints"},
                         collate_fn=lambda b: seen.append(sorted(b)) or b)
     next(iter(loader))
     assert "task" in seen[0] and "episode_index" in seen[0]

@@ -318,7 +318,7 @@ def test_loader_and_dataset_are_freed_when_deleted(rng):
     """No module-level cache keeps a Dataset (or its tensors) alive after the loader and dataset
     are deleted, also with an iterator stopped mid-epoch."""
     ds = robocache.Dataset.from_episodes(_episodes(rng), device="cpu")
-    loader = robocache.DataLoader(ds, 8, windows={"j": robocache.Window("joints", offsets=[0.0, 0.05]),
+    loader = robocache.DataLoader(ds, 8, shuffle=True, windows={"j": robocache.Window("joints", offsets=[0.0, 0.05]),
                                                   "c": robocache.Window("camera", offsets=[0.0])})
     it = iter(loader)
     batch = next(it)
@@ -452,7 +452,7 @@ def test_gpu_loader_releases_device_memory(stop, rng):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     ds = robocache.Dataset.from_episodes(_episodes(rng, E=16), device="cuda")
-    loader = robocache.DataLoader(ds, 8, windows={"j": robocache.Window("joints", offsets=[0.0, 0.05]),
+    loader = robocache.DataLoader(ds, 8, shuffle=True, windows={"j": robocache.Window("joints", offsets=[0.0, 0.05]),
                                                   "c": robocache.Window("camera", offsets=[0.0], layout="BTCHW")})
     it = iter(loader)
     batches = [next(it) for _ in range(2 if stop == "mid-epoch" else len(loader))]

@@ -102,7 +102,7 @@ def ref_for(ds, name, offsets, mode):
 
 def test_windows_equal_reference_synthetic(synth):
     offs_j = [-0.05, 0.0, 0.013, 0.5]
-    loader = DataLoader(synth, 7, seed=3, windows={
+    loader = DataLoader(synth, 7, shuffle=True, seed=3, windows={
         "joints": Window("joints", offsets=offs_j),
         "camera": Window("camera", offsets=[-0.1, 0.0]),
         "actions": Window("actions", indices=range(8), rate=50),
@@ -110,7 +110,7 @@ def test_windows_equal_reference_synthetic(synth):
         "prev": Window("joints", offsets=[0.004], mode="previous"),
     })
     assert loader.anchor == "joints" and loader.num_samples == synth.streams["joints"].num_samples
-    b = next(iter(DataLoader(synth, 7, windows=loader.windows)))
+    b = next(iter(DataLoader(synth, 7, shuffle=True, windows=loader.windows)))
     assert b["joints"].shape == (7, 4, 7) and b["joints"].dtype == torch.float32
     assert b["camera"].shape == (7, 2, 6, 8, 3) and b["camera"].dtype == torch.uint8
     assert b["actions"].shape == (7, 8, 4)
@@ -125,7 +125,7 @@ def test_windows_equal_reference_synthetic(synth):
 
 def test_fused_key_equals_per_stream_reference(synth):
     offs = [-0.02, 0.0, 0.07]
-    loader = DataLoader(synth, 16, windows={"state": Window(["joints", "actions"], offsets=offs,
+    loader = DataLoader(synth, 16, shuffle=True, windows={"state": Window(["joints", "actions"], offsets=offs,
                                                             mode={"actions": "nearest"})})
 
     def ref(e, t):
@@ -138,14 +138,15 @@ def test_fused_key_equals_per_stream_reference(synth):
 
 def test_anchor_stream_and_rate_grid(synth):
     cam = synth.streams["camera"]
-    loader = DataLoader(synth, 5, anchor="camera", windows={"j": Window("joints")})
+    loader = DataLoader(synth, 5, shuffle=True, anchor="camera", windows={"j": Window("joints")})
     ep, t = (x.numpy() for x in loader.samples)
     np.testing.assert_array_equal(t, cam.times.numpy())
     np.testing.assert_array_equal(ep, np.repeat(np.arange(len(synth)), cam.lengths))
     check_loader(loader, {"j": ref_for(synth, "joints", [0.0], "linear")})
 
     rate = 10.0
-    loader = DataLoader(synth, 4, rate=rate, windows={"j": Window("joints"), "a": Window("actions", offsets=[0.1])})
+    loader = DataLoader(synth, 4, shuffle=True, rate=rate,
+                        windows={"j": Window("joints"), "a": Window("actions", offsets=[0.1])})
     ep, t = (x.numpy() for x in loader.samples)
     want_ep, want_t = [], []
     for e in range(len(synth)):
@@ -205,7 +206,7 @@ def test_normalization_fused_uses_each_streams_stats(synth):
 
 
 def test_max_dim_padding_and_mask(synth):
-    loader = DataLoader(synth, 8, windows={"a": Window("actions", indices=range(3), max_dim=10),
+    loader = DataLoader(synth, 8, shuffle=True, windows={"a": Window("actions", indices=range(3), max_dim=10),
                                            "raw": Window("actions", indices=range(3))})
     for batch in loader:
         a, m = batch["a"], batch["a_dim_mask"]
@@ -215,11 +216,11 @@ def test_max_dim_padding_and_mask(synth):
         assert torch.all(m[..., :4]) and not torch.any(m[..., 4:])
         m.fill_(True)                    # the caller's to write: later batches keep their mask
     with pytest.raises(ValueError, match="max_dim 3 is below the 4 features"):
-        DataLoader(synth, 8, windows={"a": Window("actions", max_dim=3)})
+        DataLoader(synth, 8, shuffle=True, windows={"a": Window("actions", max_dim=3)})
 
 
 def test_image_layouts_and_resize(synth):
-    loader = DataLoader(synth, 6, seed=1, windows={
+    loader = DataLoader(synth, 6, shuffle=True, seed=1, windows={
         "hwc": Window("camera", offsets=[0.0, 0.05]),
         "chw": Window("camera", offsets=[0.0, 0.05], layout="BTCHW"),
         "small": Window("camera", offsets=[0.0, 0.05], layout="BTCHW", resize=(3, 4)),
@@ -239,7 +240,7 @@ def test_image_layouts_and_resize(synth):
 
 
 def test_dtype_cast(synth):
-    b = next(iter(DataLoader(synth, 4, windows={"j": Window("joints", dtype=torch.float64)})))
+    b = next(iter(DataLoader(synth, 4, shuffle=True, windows={"j": Window("joints", dtype=torch.float64)})))
     assert b["j"].dtype == torch.float64
 
 
@@ -271,7 +272,7 @@ WIN = {"j": Window("joints", offsets=[0.0, 0.02]), "a": Window("actions", indice
 
 def test_shuffle_deterministic_per_seed_and_epoch(synth):
     N = synth.streams["joints"].num_samples
-    mk = lambda seed=0, **kw: DataLoader(synth, 9, seed=seed, windows=WIN, **kw)
+    mk = lambda seed=0, shuffle=True, **kw: DataLoader(synth, 9, shuffle, seed=seed, windows=WIN, **kw)
     a, b = mk(), mk()
     assert_same(batches(a), batches(b))
     o0, o1 = mk().order(0).numpy(), mk().order(1).numpy()
@@ -293,11 +294,11 @@ def test_shuffle_deterministic_per_seed_and_epoch(synth):
 
 def test_generator_seeds_order(synth):
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    a = DataLoader(synth, 9, windows=WIN, generator=g1)
-    b = DataLoader(synth, 9, windows=WIN, generator=g2)
+    a = DataLoader(synth, 9, shuffle=True, windows=WIN, generator=g1)
+    b = DataLoader(synth, 9, shuffle=True, windows=WIN, generator=g2)
     assert a.seed == b.seed
     assert_same(batches(a), batches(b))
-    c = DataLoader(synth, 9, windows=WIN, generator=torch.Generator().manual_seed(8))
+    c = DataLoader(synth, 9, shuffle=True, windows=WIN, generator=torch.Generator().manual_seed(8))
     assert not np.array_equal(a.order(0).numpy(), c.order(0).numpy())
 
 
@@ -305,7 +306,10 @@ def test_generator_seeds_order(synth):
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_len_and_drop_last(synth, B, drop_last):
     N = synth.streams["joints"].num_samples
-    loader = DataLoader(synth, B, drop_last=drop_last, windows={"j": "joints"})
+    with warnings.catch_warnings(record=True) as said:      # an empty epoch warns (tests/test_strict_args.py)
+        warnings.simplefilter("always")
+        loader = DataLoader(synth, B, shuffle=True, drop_last=drop_last, windows={"j": "joints"})
+    assert len(said) == (drop_last and B > N)
     want = N // B if drop_last else -(-N // B)
     assert len(loader) == want
     sizes = [b["j"].shape[0] for b in loader]
@@ -317,7 +321,7 @@ def test_len_and_drop_last(synth, B, drop_last):
 
 @pytest.mark.parametrize("stop", [0, 1, 5, 13])
 def test_resume_equals_straight_run(synth, stop):
-    mk = lambda: DataLoader(synth, 8, seed=11, windows=WIN)
+    mk = lambda: DataLoader(synth, 8, shuffle=True, seed=11, windows=WIN)
     straight = mk()
     full = batches(straight) + batches(straight)          # epochs 0 and 1
     assert len(full) == 2 * len(straight)
@@ -335,7 +339,7 @@ def test_resume_equals_straight_run(synth, stop):
 
 
 def test_resume_state_checks(synth):
-    a = DataLoader(synth, 8, seed=1, windows=WIN)
+    a = DataLoader(synth, 8, shuffle=True, seed=1, windows=WIN)
     with pytest.raises(ValueError, match="seed was 2"):
         a.load_state_dict({**a.state_dict(), "seed": 2})
     with pytest.raises(ValueError, match="batch_size was 4"):
@@ -378,7 +382,7 @@ def test_sampler_replaces_order(synth):
     with pytest.raises(IndexError, match="sampler yielded"):
         next(iter(DataLoader(synth, 5, shuffle=False, sampler=[0, N], windows={"j": "joints"})))
     with pytest.raises(ValueError, match="mutually exclusive"):
-        DataLoader(synth, 5, sampler=[0, 1], windows={"j": "joints"})
+        DataLoader(synth, 5, shuffle=True, sampler=[0, 1], windows={"j": "joints"})
 
 
 def test_collate_fn_and_ignored_keywords(synth):
@@ -401,33 +405,33 @@ def test_collate_fn_and_ignored_keywords(synth):
 
 def test_bad_input(synth):
     with pytest.raises(KeyError, match="unknown stream 'nope'"):
-        DataLoader(synth, 4, windows={"x": Window("nope")})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window("nope")})
     with pytest.raises(KeyError, match="anchor: unknown stream"):
-        DataLoader(synth, 4, windows={"x": "joints"}, anchor="nope")
+        DataLoader(synth, 4, shuffle=True, windows={"x": "joints"}, anchor="nope")
     for w in (None, {}):
         with pytest.raises(ValueError, match="windows"):
-            DataLoader(synth, 4, windows=w)
+            DataLoader(synth, 4, shuffle=True, windows=w)
     for B in (0, -3, True, 2.5, None):
         with pytest.raises(ValueError, match="batch_size"):
-            DataLoader(synth, B, windows={"x": "joints"})
+            DataLoader(synth, B, shuffle=True, windows={"x": "joints"})
     with pytest.raises(ValueError, match="not both"):
-        DataLoader(synth, 4, windows={"x": Window("joints", offsets=[0.0], indices=[0])})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", offsets=[0.0], indices=[0])})
     with pytest.raises(ValueError, match="normalize 'zscore'"):
-        DataLoader(synth, 4, windows={"x": Window("joints", normalize="zscore")})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", normalize="zscore")})
     with pytest.raises(ValueError, match="mode 'cubic'"):
-        DataLoader(synth, 4, windows={"x": Window("joints", mode="cubic")})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", mode="cubic")})
     with pytest.raises(ValueError, match="non-empty"):
-        DataLoader(synth, 4, windows={"x": Window("joints", offsets=[])})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", offsets=[])})
     with pytest.raises(ValueError, match="image streams cannot be fused"):
-        DataLoader(synth, 4, windows={"x": Window(["camera", "joints"])})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window(["camera", "joints"])})
     with pytest.raises(ValueError, match="layout/resize are for image streams"):
-        DataLoader(synth, 4, windows={"x": Window("joints", layout="BTCHW")})
+        DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", layout="BTCHW")})
     with pytest.raises(TypeError, match="robocache.Dataset"):
-        DataLoader([1, 2], 4, windows={"x": "joints"})
+        DataLoader([1, 2], 4, shuffle=True, windows={"x": "joints"})
     with pytest.raises(ValueError, match="rate"):
-        DataLoader(synth, 4, windows={"x": "joints"}, rate=-1)
+        DataLoader(synth, 4, shuffle=True, windows={"x": "joints"}, rate=-1)
     with pytest.raises(ValueError, match="mutually exclusive"):
-        DataLoader(synth, 4, windows={"x": "joints"}, rate=10, anchor="joints")
+        DataLoader(synth, 4, shuffle=True, windows={"x": "joints"}, rate=10, anchor="joints")
 
 
 def test_window_dtype_by_name(synth):
@@ -435,11 +439,11 @@ def test_window_dtype_by_name(synth):
     BTCHW batch in bf16 is a common ask); anything else fails when the loader is built, naming the key."""
     for given, want in (("bfloat16", torch.bfloat16), ("torch.float16", torch.float16), (np.float64, torch.float64),
                         (torch.float32, torch.float32)):
-        b = next(iter(DataLoader(synth, 4, windows={"x": Window("joints", offsets=[0.0], dtype=given)})))
+        b = next(iter(DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", offsets=[0.0], dtype=given)})))
         assert b["x"].dtype == want
     for bad in ("floaty", 3, "Tensor"):
         with pytest.raises(TypeError, match=r"windows\['x'\]: dtype must be a torch dtype"):
-            DataLoader(synth, 4, windows={"x": Window("joints", dtype=bad)})
+            DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", dtype=bad)})
 
 
 def test_fused_mixed_dtypes_raise(rng):
@@ -449,7 +453,7 @@ def test_fused_mixed_dtypes_raise(rng):
         ep["actions"] = (v.astype(np.float64), t)
     ds = robocache.Dataset.from_episodes(eps, device="cpu")
     with pytest.raises(TypeError, match="share one dtype"):
-        DataLoader(ds, 4, windows={"x": Window(["joints", "actions"])})
+        DataLoader(ds, 4, shuffle=True, windows={"x": Window(["joints", "actions"])})
 
 
 # ----------------------------------------------------------------------------
@@ -468,7 +472,7 @@ def groot(DATA):
 
 
 def test_groot_state_and_action_chunk(groot):
-    loader = DataLoader(groot, 32, seed=5, windows={
+    loader = DataLoader(groot, 32, shuffle=True, seed=5, windows={
         "state": Window("observation.state"),
         "action": Window("action", indices=range(16), rate=20)})
     assert loader.num_samples == 2096
@@ -495,7 +499,7 @@ def test_groot_state_and_action_chunk(groot):
 
 def test_groot_normalized_padded_like_groot(groot):
     st = groot.streams["action"].stats
-    loader = DataLoader(groot, 64, windows={
+    loader = DataLoader(groot, 64, shuffle=True, windows={
         "action": Window("action", indices=range(16), normalize="min_max", max_dim=64),
         "raw": Window("action", indices=range(16))})
     lo, hi = st["min"].numpy(), st["max"].numpy()
@@ -518,7 +522,7 @@ def test_groot_video_frames(DATA):
         warnings.simplefilter("ignore")
         ds = robocache.Dataset.from_lerobot(DATA / "groot_picknplace", device="cpu")
     name = "observation.images.ego_view"
-    loader = DataLoader(ds, 16, seed=2, anchor="observation.state", windows={
+    loader = DataLoader(ds, 16, shuffle=True, seed=2, anchor="observation.state", windows={
         "img": Window(name, layout="BTCHW"), "raw": Window(name)})
     batch = next(iter(loader))
     assert batch["img"].shape == (16, 1, 3, 256, 256) and batch["raw"].shape == (16, 1, 256, 256, 3)

@@ -35,8 +35,8 @@ def pair(rng):
 @pytest.mark.parametrize("rate", [None, 12.5])
 def test_cuda_batches_equal_cpu(pair, rate):
     cpu, gpu = pair
-    a = DataLoader(cpu, 9, seed=4, windows=windows(), rate=rate)
-    b = DataLoader(gpu, 9, seed=4, windows=windows(), rate=rate)
+    a = DataLoader(cpu, 9, shuffle=True, seed=4, windows=windows(), rate=rate)
+    b = DataLoader(gpu, 9, shuffle=True, seed=4, windows=windows(), rate=rate)
     assert len(a) == len(b)
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
@@ -50,7 +50,7 @@ def test_cuda_batches_equal_cpu(pair, rate):
 
 def test_cuda_epoch_without_host_sync(pair):
     _, gpu = pair
-    loader = DataLoader(gpu, 16, seed=1, windows=windows())
+    loader = DataLoader(gpu, 16, shuffle=True, seed=1, windows=windows())
     for _ in loader:                 # first pass: lazy stats, allocator warm-up
         pass
     torch.cuda.synchronize()
@@ -71,11 +71,11 @@ def test_side_stream_ordering(pair, sleep_cycles):
     """The consumer's stream waits for the batch it is given; batches stay valid while the
     consumer holds them (record_stream), even when the consumer's stream is busy."""
     cpu, gpu = pair
-    want = [{k: v.clone() for k, v in b.items()} for b in DataLoader(cpu, 8, seed=2, windows=windows())]
+    want = [{k: v.clone() for k, v in b.items()} for b in DataLoader(cpu, 8, shuffle=True, seed=2, windows=windows())]
     side = torch.cuda.Stream()
     got = []
     with torch.cuda.stream(side):  # the consumer on a non-default stream too
-        for batch in DataLoader(gpu, 8, seed=2, windows=windows()):
+        for batch in DataLoader(gpu, 8, shuffle=True, seed=2, windows=windows()):
             torch.cuda._sleep(sleep_cycles // 20)    # a slow consumer: the prefetch runs ahead
             got.append({k: v.clone() for k, v in batch.items()})
             del batch
@@ -89,7 +89,7 @@ def test_side_stream_ordering(pair, sleep_cycles):
 
 def test_cuda_resume_equals_straight(pair):
     _, gpu = pair
-    mk = lambda: DataLoader(gpu, 8, seed=9, windows=windows())
+    mk = lambda: DataLoader(gpu, 8, shuffle=True, seed=9, windows=windows())
     straight = [b["state"].clone() for b in mk()]
     run = mk()
     it = iter(run)
@@ -102,7 +102,8 @@ def test_cuda_resume_equals_straight(pair):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
     # the order is drawn on the host: the same on every device
     np.testing.assert_array_equal(mk().order(0).cpu().numpy(),
-                                  DataLoader(gpu.to("cpu"), 8, seed=9, windows=windows()).order(0).numpy())
+                                  DataLoader(gpu.to("cpu"), 8, shuffle=True, seed=9,
+                                             windows=windows()).order(0).numpy())
 
 
 @pytest.fixture
@@ -123,8 +124,8 @@ def cloud_windows():
 
 def test_cuda_point_cloud_windows_equal_cpu(cloud_pair):
     cpu, gpu = cloud_pair
-    a = DataLoader(cpu, 11, seed=2, windows=cloud_windows())
-    b = DataLoader(gpu, 11, seed=2, windows=cloud_windows())
+    a = DataLoader(cpu, 11, shuffle=True, seed=2, windows=cloud_windows())
+    b = DataLoader(gpu, 11, shuffle=True, seed=2, windows=cloud_windows())
     for x, y in zip(a, b):
         for k in x:
             assert y[k].device.type == "cuda", k
@@ -134,7 +135,7 @@ def test_cuda_point_cloud_windows_equal_cpu(cloud_pair):
 
 def test_cuda_point_cloud_epoch_without_host_sync(cloud_pair):
     _, gpu = cloud_pair
-    loader = DataLoader(gpu, 16, seed=1, windows=cloud_windows())
+    loader = DataLoader(gpu, 16, shuffle=True, seed=1, windows=cloud_windows())
     for _ in loader:
         pass
     torch.cuda.synchronize()
@@ -150,7 +151,7 @@ def test_cuda_point_cloud_epoch_without_host_sync(cloud_pair):
 def test_cuda_shards_equal_cpu_shards(pair):
     cpu, gpu = pair
     for r in range(2):
-        kw = dict(seed=3, windows=windows(), rank=r, world_size=2)
+        kw = dict(shuffle=True, seed=3, windows=windows(), rank=r, world_size=2)
         a = DataLoader(cpu, 8, **kw)
         b = DataLoader(cpu, 8, device="cuda", shard_episodes=True, **{**kw, "seed": 4})
         c = DataLoader(cpu, 8, shard_episodes=True, **{**kw, "seed": 4})
@@ -188,10 +189,10 @@ def test_graph_batches_equal_eager(pair):
     """Batches taken one at a time (each dropped before the next is asked for, as a training
     loop does) come from the slots, bit for bit the eager batches, strides included."""
     _, gpu = pair
-    n = DataLoader(gpu, 1, windows=graph_windows()).num_samples
+    n = DataLoader(gpu, 1, shuffle=True, windows=graph_windows()).num_samples
     B = next(b for b in (7, 8, 9, 11) if n % b)       # a short last batch (made eagerly)
-    g = DataLoader(gpu, B, seed=5, windows=graph_windows())
-    e = DataLoader(gpu, B, seed=5, windows=graph_windows(), cuda_graph=False)
+    g = DataLoader(gpu, B, shuffle=True, seed=5, windows=graph_windows())
+    e = DataLoader(gpu, B, shuffle=True, seed=5, windows=graph_windows(), cuda_graph=False)
     replayed = 0
     for epoch in range(2):
         for i, (x, y) in enumerate(zip(g, e)):
@@ -208,8 +209,8 @@ def test_graph_kept_batches_are_never_overwritten(pair):
     """A caller keeping every batch (list(loader)) holds every slot: later batches are made
     eagerly, and no kept batch changes."""
     _, gpu = pair
-    g = DataLoader(gpu, 5, seed=2, windows=graph_windows())
-    e = DataLoader(gpu, 5, seed=2, windows=graph_windows(), cuda_graph=False)
+    g = DataLoader(gpu, 5, shuffle=True, seed=2, windows=graph_windows())
+    e = DataLoader(gpu, 5, shuffle=True, seed=2, windows=graph_windows(), cuda_graph=False)
     got = [b for _ in range(2) for b in g]
     want = [b for _ in range(2) for b in e]
     torch.cuda.synchronize()
@@ -223,8 +224,8 @@ def test_graph_views_and_in_place_writes(pair):
     """A view of one key keeps its whole slot out of use, and a caller writing into a batch
     in place changes neither later batches nor the one it keeps a view of."""
     _, gpu = pair
-    g = DataLoader(gpu, 4, seed=6, windows=graph_windows())
-    e = DataLoader(gpu, 4, seed=6, windows=graph_windows(), cuda_graph=False)
+    g = DataLoader(gpu, 4, shuffle=True, seed=6, windows=graph_windows())
+    e = DataLoader(gpu, 4, shuffle=True, seed=6, windows=graph_windows(), cuda_graph=False)
     want = list(e)
     kept = {}
     for i, b in enumerate(g):
@@ -244,8 +245,8 @@ def test_graph_views_and_in_place_writes(pair):
 
 def test_graph_point_clouds_equal_eager(cloud_pair):
     _, gpu = cloud_pair
-    g = DataLoader(gpu, 6, seed=8, windows=cloud_windows())
-    e = DataLoader(gpu, 6, seed=8, windows=cloud_windows(), cuda_graph=False)
+    g = DataLoader(gpu, 6, shuffle=True, seed=8, windows=cloud_windows())
+    e = DataLoader(gpu, 6, shuffle=True, seed=8, windows=cloud_windows(), cuda_graph=False)
     replayed = 0
     for _ in range(2):
         for x, y in zip(g, e):
@@ -259,8 +260,8 @@ def test_graph_replay_waits_for_the_consumer(pair, sleep_cycles):
     """A dropped batch's slot is rewritten only after the consumer's queued work on it has run:
     the consumer stuck behind a sleep reads batch 0 after four more batches were replayed."""
     _, gpu = pair
-    g = DataLoader(gpu, 4, seed=9, windows=graph_windows())
-    e = DataLoader(gpu, 4, seed=9, windows=graph_windows(), cuda_graph=False)
+    g = DataLoader(gpu, 4, shuffle=True, seed=9, windows=graph_windows())
+    e = DataLoader(gpu, 4, shuffle=True, seed=9, windows=graph_windows(), cuda_graph=False)
     list(g)                                           # captured
     e.set_epoch(1)
     want = list(e)
@@ -280,12 +281,12 @@ def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
     from robocache import batch_graph
     monkeypatch.setattr(batch_graph, "supported", lambda: False)
     _, gpu = pair
-    g = DataLoader(gpu, 6, seed=4, windows=graph_windows())
+    g = DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows())
     with pytest.warns(RuntimeWarning, match="torch >= 2.9") as caught:
         got = list(g)
     assert len(got) > 3 and len([w for w in caught if w.category is RuntimeWarning]) == 1   # tried once
     assert g._graph is None and not g.cuda_graph
-    for x, y in zip(got, DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)):
+    for x, y in zip(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
 
 
@@ -302,12 +303,12 @@ def test_graph_capture_oom_empties_the_cache_once_and_retries(pair, monkeypatch)
     monkeypatch.setattr(batch_graph, "BatchGraph", flaky)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     _, gpu = pair
-    g = DataLoader(gpu, 6, seed=4, windows=graph_windows())
+    g = DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows())
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         got = list(g)
     assert len(calls) == 2 and len(emptied) == 1 and g._graph is not None and g.cuda_graph
-    for x, y in zip(got, DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)):
+    for x, y in zip(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
 
 
@@ -316,7 +317,7 @@ def test_a_loader_per_epoch_under_a_memory_cap(pair):
     allocator empties its cache, which a capture cannot do. Under a cap that a few dozen dead pools
     exceed, every loader still captures (no warning) and its batches are right."""
     _, gpu = pair
-    want = [b for b in DataLoader(gpu, 6, seed=4, windows=graph_windows(), cuda_graph=False)]
+    want = [b for b in DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)]
     torch.cuda.synchronize()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, (torch.cuda.memory_reserved() + (64 << 20)) / total))
@@ -324,7 +325,7 @@ def test_a_loader_per_epoch_under_a_memory_cap(pair):
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             for _ in range(40):
-                g = DataLoader(gpu, 6, seed=4, windows=graph_windows())
+                g = DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows())
                 got = list(g)
                 assert g._graph is not None
         for x, y in zip(got, want):
@@ -336,7 +337,7 @@ def test_a_loader_per_epoch_under_a_memory_cap(pair):
 def test_graph_capture_without_host_sync(pair):
     """The capture itself (batch 2 of a fresh loader) and every replay run under sync debug."""
     _, gpu = pair
-    loader = DataLoader(gpu, 16, seed=1, windows=graph_windows())
+    loader = DataLoader(gpu, 16, shuffle=True, seed=1, windows=graph_windows())
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -350,7 +351,7 @@ def test_graph_interrupted_iterators_and_resume(pair):
     """Breaking out mid-epoch, a second live iterator (made eagerly), resume into a loader whose
     graph was captured at another batch: batch for batch the eager loader's."""
     _, gpu = pair
-    mk = lambda **kw: DataLoader(gpu, 5, seed=3, windows=windows(), **kw)
+    mk = lambda **kw: DataLoader(gpu, 5, shuffle=True, seed=3, windows=windows(), **kw)
     want = [b for b in mk(cuda_graph=False)]
     loader = mk()
     it = iter(loader)
@@ -393,7 +394,7 @@ class Shrinking(EpochSampler):
 
 def test_graph_sampler_length_changes(pair):
     _, gpu = pair
-    n = DataLoader(gpu, 4, windows=windows()).num_samples
+    n = DataLoader(gpu, 4, shuffle=True, windows=windows()).num_samples
     g = DataLoader(gpu, 4, shuffle=False, sampler=Shrinking(n), windows=windows())
     e = DataLoader(gpu, 4, shuffle=False, sampler=Shrinking(n), windows=windows(), cuda_graph=False)
     for epoch in range(3):
@@ -410,7 +411,7 @@ def test_graph_teardown_waits_for_queued_replays(pair, sleep_cycles):
     before the graph's memory pool goes back to the allocator (for any stream to reuse)."""
     import gc
     _, gpu = pair
-    loader = DataLoader(gpu, 8, seed=1, windows=graph_windows())
+    loader = DataLoader(gpu, 8, shuffle=True, seed=1, windows=graph_windows())
     for _ in loader:                   # capture
         pass
     torch.cuda.synchronize()

@@ -48,7 +48,7 @@ def dataset(rng):
 
 
 def make(ds, **kw):
-    return DataLoader(ds, 16, seed=5, windows=WINDOWS, **kw)
+    return DataLoader(ds, 16, shuffle=True, seed=5, windows=WINDOWS, **kw)
 
 
 def host(batch):

@@ -83,11 +83,11 @@ def check(loader, refs):
 @pytest.mark.parametrize("vox_mode", ["occupancy", "count", "mean", "max"])
 def test_voxel_windows_equal_reference(clouds, vox_mode):
     offs = [-0.3, -0.1, 0.0, 0.25]
-    loader = DataLoader(clouds, 9, seed=1, windows={
+    loader = DataLoader(clouds, 9, shuffle=True, seed=1, windows={
         "grid": Window("lidar", offsets=offs, voxel=dict(VOXEL, mode=vox_mode)),
         "joints": Window("joints"),
     })
-    b = next(iter(DataLoader(clouds, 9, windows=loader.windows)))
+    b = next(iter(DataLoader(clouds, 9, shuffle=True, windows=loader.windows)))
     want_shape = (9, 4) + ((1,) if vox_mode in ("mean", "max") else ()) + GRID
     assert b["grid"].shape == want_shape and b["grid_is_pad"].shape == (9, 4)
     assert b["grid"].dtype == (torch.int32 if vox_mode == "count" else torch.float32)
@@ -102,12 +102,12 @@ def test_voxel_windows_previous_zero_pad_and_dtype(clouds):
     })
     # the anchor is the 100 Hz joints: windows run past both ends of every episode
     check(loader, {"grid": cloud_ref(clouds, offs, "previous", "occupancy", zero_pad=True)})
-    pads = torch.cat([b["grid_is_pad"] for b in DataLoader(clouds, 64, windows=loader.windows)])
+    pads = torch.cat([b["grid_is_pad"] for b in DataLoader(clouds, 64, shuffle=True, windows=loader.windows)])
     assert pads.any() and not pads.all()
 
 
 def test_voxel_window_indices_at_lidar_rate(clouds):
-    loader = DataLoader(clouds, 5, windows={"grid": Window("lidar", indices=range(-2, 1), rate=10,
+    loader = DataLoader(clouds, 5, shuffle=True, windows={"grid": Window("lidar", indices=range(-2, 1), rate=10,
                                                            voxel=dict(VOXEL, mode="count"))})
     check(loader, {"grid": cloud_ref(clouds, np.arange(-2, 1) / 10, "nearest", "count")})
 
@@ -141,23 +141,23 @@ def test_pad_zero_matches_groot_relative_rule(rng):
 
 def test_voxel_window_bad_input(clouds):
     with pytest.raises(ValueError, match="needs voxel=dict"):
-        DataLoader(clouds, 4, windows={"g": Window("lidar")})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("lidar")})
     with pytest.raises(ValueError, match="voxel is for point-cloud streams"):
-        DataLoader(clouds, 4, windows={"g": Window("joints", voxel=VOXEL)})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("joints", voxel=VOXEL)})
     with pytest.raises(ValueError, match=r"windows\['g'\]: voxel: .*voxel_size"):
-        DataLoader(clouds, 4, windows={"g": Window("lidar", voxel=dict(VOXEL, voxel_size=-1.0))})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("lidar", voxel=dict(VOXEL, voxel_size=-1.0))})
     with pytest.raises(ValueError, match="unknown keys"):
-        DataLoader(clouds, 4, windows={"g": Window("lidar", voxel=dict(VOXEL, features=True))})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("lidar", voxel=dict(VOXEL, features=True))})
     with pytest.raises(ValueError, match="pick a frame"):
-        DataLoader(clouds, 4, windows={"g": Window("lidar", mode="linear", voxel=VOXEL)})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("lidar", mode="linear", voxel=VOXEL)})
     with pytest.raises(ValueError, match="cannot be fused"):
-        DataLoader(clouds, 4, windows={"g": Window(["lidar", "joints"], voxel=VOXEL)})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window(["lidar", "joints"], voxel=VOXEL)})
     with pytest.raises(ValueError, match="not for point clouds"):
-        DataLoader(clouds, 4, windows={"g": Window("lidar", normalize="min_max", voxel=VOXEL)})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("lidar", normalize="min_max", voxel=VOXEL)})
     with pytest.raises(ValueError, match="pad 'reflect'"):
-        DataLoader(clouds, 4, windows={"g": Window("joints", pad="reflect")})
+        DataLoader(clouds, 4, shuffle=True, windows={"g": Window("joints", pad="reflect")})
     with pytest.raises(ValueError, match="point-cloud stream"):
-        DataLoader(clouds, 4, windows={"g": "joints"}, anchor="lidar")
+        DataLoader(clouds, 4, shuffle=True, windows={"g": "joints"}, anchor="lidar")
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -168,7 +168,7 @@ def test_torch_reference_gives_the_same_batches(clouds, num_workers):
     w = {"occ": Window("lidar", offsets=[-0.1, 0.0], voxel=VOXEL),
          "count": Window("lidar", indices=range(-1, 2), rate=10, pad="zero", voxel=dict(VOXEL, mode="count")),
          "joints": Window("joints", indices=range(-2, 3), rate=100, pad="zero", normalize="min_max")}
-    ours = DataLoader(clouds, 13, seed=6, windows=w)
+    ours = DataLoader(clouds, 13, shuffle=True, seed=6, windows=w)
     ours.set_epoch(2)
     theirs = make_torch_loader(clouds, w, 13, seed=6, epoch=2, num_workers=num_workers)
     n = 0

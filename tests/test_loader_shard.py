@@ -54,7 +54,7 @@ def test_rank_batches_are_the_ranks_samples(synth):
     glob = full.order().numpy()
     ep, t = (x.numpy() for x in full.samples)
     for r in range(3):
-        ld = DataLoader(synth, 6, seed=2, windows=WINDOWS, rank=r, world_size=3)
+        ld = DataLoader(synth, 6, shuffle=True, seed=2, windows=WINDOWS, rank=r, world_size=3)
         mine = np.resize(glob, ld.num_samples * 3)[r::3]
         got = torch.cat([b["joints"] for b in ld])
         want = torch.cat([b["joints"] for b in DataLoader(synth, 6, shuffle=False, windows=WINDOWS,
@@ -63,7 +63,7 @@ def test_rank_batches_are_the_ranks_samples(synth):
 
 
 def test_resume_on_a_rank(synth):
-    kw = dict(seed=9, windows=WINDOWS, rank=1, world_size=2)
+    kw = dict(shuffle=True, seed=9, windows=WINDOWS, rank=1, world_size=2)
     straight = [b["actions"] for b in DataLoader(synth, 5, **kw)]
     a = DataLoader(synth, 5, **kw)
     it = iter(a)
@@ -74,7 +74,7 @@ def test_resume_on_a_rank(synth):
     b.load_state_dict(state)
     rest = [x["actions"] for x in b]
     assert all(torch.equal(x, y) for x, y in zip(first + rest, straight)) and len(first + rest) == len(straight)
-    c = DataLoader(synth, 5, seed=9, windows=WINDOWS, rank=0, world_size=2)
+    c = DataLoader(synth, 5, shuffle=True, seed=9, windows=WINDOWS, rank=0, world_size=2)
     with pytest.raises(ValueError, match="rank was 1"):
         c.load_state_dict(state)
 
@@ -83,8 +83,8 @@ def test_resume_on_a_rank(synth):
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_shard_episodes(synth, world, drop_last):
     lengths = synth.streams["joints"].lengths
-    loaders = [DataLoader(synth, 8, seed=4, drop_last=drop_last, windows=WINDOWS, rank=r, world_size=world,
-                          shard_episodes=True) for r in range(world)]
+    loaders = [DataLoader(synth, 8, shuffle=True, seed=4, drop_last=drop_last, windows=WINDOWS, rank=r,
+                          world_size=world, shard_episodes=True) for r in range(world)]
     held = [[ep.index for ep in ld.dataset.episodes] for ld in loaders]
     flat = sorted(e for h in held for e in h)
     assert flat == list(range(len(synth)))                           # disjoint and complete
@@ -114,7 +114,7 @@ def test_shard_episodes(synth, world, drop_last):
 
 def test_shard_episodes_keeps_global_stats(synth):
     w = {"j": Window("joints", normalize="mean_std")}
-    ld = DataLoader(synth, 4, windows=w, rank=1, world_size=2, shard_episodes=True)
+    ld = DataLoader(synth, 4, shuffle=True, windows=w, rank=1, world_size=2, shard_episodes=True)
     for k in ("mean", "std", "q01"):
         assert torch.equal(ld.dataset.streams["joints"].stats[k], synth.streams["joints"].stats[k])
 
@@ -127,7 +127,7 @@ def test_shard_episodes_point_clouds(rng):
         for j, g in zip(b["j"], b["g"]):
             full[j.numpy().tobytes()] = g
     for r in range(2):
-        for b in DataLoader(ds, 16, windows=w, rank=r, world_size=2, shard_episodes=True):
+        for b in DataLoader(ds, 16, shuffle=True, windows=w, rank=r, world_size=2, shard_episodes=True):
             for j, g in zip(b["j"], b["g"]):
                 assert torch.equal(g, full[j.numpy().tobytes()])
 
@@ -146,13 +146,13 @@ def test_subset(synth):
 
 def test_bad_distributed_arguments(synth):
     with pytest.raises(ValueError, match="give both or neither"):
-        DataLoader(synth, 4, windows=WINDOWS, rank=0)
+        DataLoader(synth, 4, shuffle=True, windows=WINDOWS, rank=0)
     with pytest.raises(ValueError, match="0 <= rank < world_size"):
-        DataLoader(synth, 4, windows=WINDOWS, rank=2, world_size=2)
+        DataLoader(synth, 4, shuffle=True, windows=WINDOWS, rank=2, world_size=2)
     with pytest.raises(ValueError, match="mutually exclusive"):
         DataLoader(synth, 4, shuffle=False, windows=WINDOWS, sampler=[0], shard_episodes=True)
     with pytest.raises(ValueError, match="ranks get no samples"):
-        DataLoader(synth, 4, windows=WINDOWS, rank=0, world_size=9, shard_episodes=True)
+        DataLoader(synth, 4, shuffle=True, windows=WINDOWS, rank=0, world_size=9, shard_episodes=True)
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -173,17 +173,17 @@ def test_lerobot_loaded_as_shards(tmp_path, rng, world):
     for r in range(world):
         part = robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=(r, world))
         assert part.shard[:2] == (r, world) and sum(part.shard[2]) == sum(lengths)
-        mine = DataLoader(part, 4, seed=3, windows=w, rank=r, world_size=world, shard_episodes=True)
-        ref = DataLoader(whole, 4, seed=3, windows=w, rank=r, world_size=world, shard_episodes=True)
+        mine = DataLoader(part, 4, shuffle=True, seed=3, windows=w, rank=r, world_size=world, shard_episodes=True)
+        ref = DataLoader(whole, 4, shuffle=True, seed=3, windows=w, rank=r, world_size=world, shard_episodes=True)
         assert part.episode_index.tolist() == ref.dataset.episode_index.tolist()
         held += part.episode_index.tolist()
         assert len(mine) == len(ref)
         for a, b in zip(mine, ref):
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         with pytest.raises(ValueError, match="shard_episodes=True"):
-            DataLoader(part, 4, windows=w, rank=r, world_size=world)
+            DataLoader(part, 4, shuffle=True, windows=w, rank=r, world_size=world)
         with pytest.raises(ValueError, match="rank"):
-            DataLoader(part, 4, windows=w, rank=(r + 1) % world, world_size=world, shard_episodes=True)
+            DataLoader(part, 4, shuffle=True, windows=w, rank=(r + 1) % world, world_size=world, shard_episodes=True)
     assert sorted(held) == list(range(7))
     with pytest.raises(ValueError, match="rank 3 is not in"):
         robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=(3, 3))

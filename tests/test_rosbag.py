@@ -599,8 +599,8 @@ def test_image_and_cloud_topics_on_the_gpu(bags):
     windows["raw"] = Window(cams[0], offsets=[-0.037, 0.013])
     windows["cloud"] = Window(cloud, offsets=[0.013],
                               voxel=dict(grid=(8, 8, 4), voxel_size=0.5, origin=(-2, -2, -1)))
-    a = DataLoader(cpu, 4, seed=1, rate=20, windows=windows)
-    b = DataLoader(gpu, 4, seed=1, rate=20, windows=windows)
+    a = DataLoader(cpu, 4, shuffle=True, seed=1, rate=20, windows=windows)
+    b = DataLoader(gpu, 4, shuffle=True, seed=1, rate=20, windows=windows)
     for x, y in zip(a, b):
         for k in x:
             assert torch.equal(x[k], y[k].cpu()), k

@@ -21,7 +21,7 @@ with robocache, so it follows docs/loader.md exactly:
   (``torch.randperm`` from a CPU generator seeded with ``robocache.sampling.epoch_seed(seed, e)``).
 
 So ``make_torch_loader(ds, windows, B, seed, epoch)`` and
-``robocache.DataLoader(ds, B, seed=seed, windows=windows)`` at ``set_epoch(epoch)`` give equal
+``robocache.DataLoader(ds, B, shuffle=True, seed=seed, windows=windows)`` at ``set_epoch(epoch)`` give equal
 batches (tests/test_train_groot_style.py). Linear interpolation, ``resize``, fused keys and a
 ``rate`` grid are not reproduced (a ``NotImplementedError`` says so): a GR00T/LeRobot loader
 picks frames, it does not interpolate.

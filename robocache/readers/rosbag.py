@@ -21,13 +21,13 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..user_warning import warn
 from ._common import Episodes, ReaderError, progress, require
 from .ros_messages import BOOKKEEPING_TYPES, Options, Part, converter_for, fill_missing
 
@@ -550,7 +550,7 @@ def _warn_clocks(ep: Episodes) -> None:
                 if "stamps go back" in note or "are 0" in note:
                     bag.setdefault("warnings", []).append(f"{n}: {note}")
         for w in bag.get("warnings", []):
-            warnings.warn(f"{bag['path']}: {w}", stacklevel=3)
+            warn(f"{bag['path']}: {w}")     # at the user's read_rosbag / from_rosbag / doctor call
 
 
 def read_rosbag(path, *, topics: Sequence[str] | None = None, exclude: Sequence[str] | None = None,

@@ -1145,10 +1145,7 @@ class Dataset:
             ds.shard = shard
             return ds
         from .frames.videos import load_videos
-        torch = _torch()
-        dev = torch.device(device) if device is not None else _default_device()
-        if dev.type == "cuda" and dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
+        dev = _device(device)
         other = sum(np.asarray(v).nbytes + np.asarray(t).nbytes for ep in eps.episodes for v, t in ep.values()
                     if not isinstance(v, list))
         ids = eps.extra["episode_index"]

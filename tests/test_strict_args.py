@@ -193,13 +193,11 @@ def lerobot_set(tmp_path, rng):
     return tmp_path / "set"
 
 
-@pytest.mark.xfail(reason="lead: reader rewrite", strict=False)
 def test_from_lerobot_repeated_episodes_raise(lerobot_set):
     with pytest.raises(ValueError, match=r"(?i)episodes.*0.*(twice|repeat|duplicate|more than once)"):
         robocache.Dataset.from_lerobot(lerobot_set, episodes=[0, 0], device="cpu")
 
 
-@pytest.mark.xfail(reason="lead: reader rewrite", strict=False)
 def test_from_lerobot_episodes_must_be_a_list(lerobot_set):
     with pytest.raises(TypeError, match=r"(?i)episodes.*3.*(list|sequence|iterable)"):
         robocache.Dataset.from_lerobot(lerobot_set, episodes=3, device="cpu")

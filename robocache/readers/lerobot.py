@@ -538,7 +538,17 @@ def _select(root: Path, table: dict, episodes) -> list:
     """The episodes asked for (all when None), each checked to be in the table."""
     if episodes is None:
         return sorted(table)
-    selected = [int(e) for e in episodes]
+    if isinstance(episodes, (str, bytes)) or not hasattr(episodes, "__iter__"):
+        raise TypeError(f"episodes={episodes!r} ({type(episodes).__name__}): expected a list of episode indices "
+                        f"(e.g. [{episodes!r}])")
+    try:
+        selected = [int(e.__index__()) for e in episodes]
+    except (AttributeError, TypeError):
+        raise TypeError(f"episodes must hold integer episode indices, got {list(episodes)[:8]!r}") from None
+    twice = sorted({e for e in selected if selected.count(e) > 1})
+    if twice:
+        raise ValueError(f"episodes lists episode {twice[0]} more than once ({twice[:8]} repeat): each episode "
+                         f"is loaded once; sample it more often with a weighted sampler")
     missing = [e for e in selected if e not in table]
     if missing:
         raise ValueError(f"episodes {missing} are not in {root} (it has {len(table)}: {sorted(table)[:10]}...)")

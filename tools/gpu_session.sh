@@ -3,6 +3,8 @@
 #
 #   bash tools/gpu_session.sh tests     # build, then the `cuda`-marked suite        (~5 min on an H100)
 #   bash tools/gpu_session.sh scale     # build, then benchmarks/bench_scale.py       (~8 min)
+#   bash tools/gpu_session.sh v30       # build, then the LeRobot v3.0 tests (CPU and cuda) and
+#                                       # bench_lerobot_v30.py (v2.1 against v3.0, tiers host/disk/device)
 #   bash tools/gpu_session.sh tiers     # build, then bench_tiers.py + bench_ingest.py on the real AV1 set
 #                                       # (SKIP_INGEST=1: bench_tiers only, when both do not fit 10 minutes)
 #
@@ -14,7 +16,7 @@
 # an old .cu: setup.py's depends now list cuda/*.cu, this is the belt to those braces).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: tools/gpu_session.sh tests|scale|tiers}
+part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30}
 out=${OUT:-/tmp/robocache-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -42,13 +44,19 @@ tests)
 scale)
     python3 benchmarks/bench_scale.py --json "$out/bench_scale.json" 2>&1 | tee "$out/bench_scale.txt"
     ;;
+v30)
+    python3 -m pytest -q -p no:cacheprovider -rs tests/test_lerobot_v30.py tests/test_lerobot_v30_cuda.py 2>&1 \
+        | tee "$out/v30-tests.txt"
+    python3 benchmarks/bench_lerobot_v30.py --episodes "${V30_EPISODES:-14}" --tiers host,disk,device --recorded --json "$out/bench_v30.json" 2>&1 \
+        | tee "$out/bench_v30.txt"
+    ;;
 tiers)
     data=${ROBOCACHE_DATA:?set ROBOCACHE_DATA to the carried data folder}/cr5_flashdrive_av1
     python3 benchmarks/bench_tiers.py --data "$data" --json "$out/bench_tiers.json" 2>&1 | tee "$out/bench_tiers.txt"
     python3 benchmarks/bench_ingest.py --data "$data/videos/chunk-000/observation.images.top" --json "$out/bench_ingest.json" 2>&1 | tee "$out/bench_ingest.txt"
     ;;
 *)
-    echo "unknown part $part (tests, scale, tiers)"
+    echo "unknown part $part (tests, scale, tiers, v30)"
     exit 2
     ;;
 esac

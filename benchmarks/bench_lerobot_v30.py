@@ -35,7 +35,11 @@ def child(args) -> None:
     import resource
 
     import robocache  # noqa: F401  (imports before the clock, as a training script has them)
-    import torch  # noqa: F401
+    import torch
+
+    if torch.cuda.is_available():  # and its CUDA context (1-5 s to create): not a load's cost
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
 
     t0 = time.perf_counter()
     ds = robocache.Dataset.from_lerobot(args.path, episodes=json.loads(args.episodes), frames=args.tier,

@@ -108,8 +108,9 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
               desc) -> Compressed:
     paths = [s.path for s in sources]
     stats = _cache.stat_sources(paths) if entry is not None else None
-    jobs = make_jobs(sources, counts, offsets_of(counts)[:-1], file_rates(sources, infos, "pyav"))
-    workers = max(1, min(int(workers or cpu_count()), len(jobs)))
+    want = max(1, int(workers or cpu_count()))
+    jobs = make_jobs(sources, counts, offsets_of(counts)[:-1], file_rates(sources, infos, "pyav"), parts=want)
+    workers = min(want, len(jobs))
     H, W, fb = spec.height, spec.width, spec.frame_bytes
     stop = threading.Event()
     bar = progress_bar(int(counts.sum()), desc, show_progress)

@@ -276,8 +276,9 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
     fb = spec.frame_bytes
     nbytes = n_total * fb
     paths = [s.path for s in sources]
-    jobs = make_jobs(sources, counts, offsets[:-1], file_rates(sources, infos, backend))
-    workers = max(1, min(int(workers or cpu_count()), len(jobs)))
+    want = max(1, int(workers or cpu_count()))
+    jobs = make_jobs(sources, counts, offsets[:-1], file_rates(sources, infos, backend), parts=want)
+    workers = min(want, len(jobs))
     if decode_in_processes(workers, backend):
         res = _decode_all_processes(torch, jobs, paths, spec, counts, tier=tier, dev=dev, entry=entry,
                                     options=options, workers=workers, show_progress=show_progress, desc=desc)

@@ -65,14 +65,19 @@ class Job:
         return f"Job({self.path}, {len(self.sources)} spans, {self.n} frames)"
 
 
-def make_jobs(sources, counts, offsets, fps) -> list[Job]:
+def make_jobs(sources, counts, offsets, fps, parts: int = 1) -> list[Job]:
     """The decode jobs of one stream's sources: the sources of a file grouped, in time order, into as few
     jobs as do not overlap (one per file, unless a span is asked for twice). ``offsets``: each source's
-    first store row; ``fps``: per source, its file's frame rate (for the span rule)."""
+    first store row; ``fps``: per source, its file's frame rate (for the span rule).
+
+    ``parts``: the decoders that will run at once. While there are fewer jobs, the largest job holding
+    several spans is cut in two at a span boundary (each half seeks to its own first span): a LeRobot v3.0
+    set keeps many episodes in a few large mp4s (500 MB each by default), and one decoder per file would
+    leave most cores idle. Every frame is still decoded once, plus at most a GOP before each cut."""
     by_file: dict = {}
     for i, s in enumerate(sources):
         by_file.setdefault((s.path, s.stream), []).append(i)
-    jobs = []
+    jobs: list[list[int]] = []
     for idx in by_file.values():
         idx.sort(key=lambda i: -math.inf if sources[i].whole else sources[i].start)
         groups: list[list[int]] = []
@@ -84,10 +89,17 @@ def make_jobs(sources, counts, offsets, fps) -> list[Job]:
                 groups.append([i])
             else:
                 home.append(i)
-        for g in groups:
-            jobs.append(Job([sources[i] for i in g], [counts[i] for i in g], [offsets[i] for i in g], g,
-                            fps[g[0]]))
-    return jobs
+        jobs.extend(groups)
+    while len(jobs) < parts:
+        cuttable = [g for g in jobs if len(g) > 1]
+        if not cuttable:
+            break
+        g = max(cuttable, key=lambda g: sum(counts[i] for i in g))
+        n = np.cumsum([counts[i] for i in g])
+        cut = int(np.clip(np.searchsorted(n, n[-1] / 2), 0, len(g) - 2)) + 1
+        jobs[jobs.index(g):jobs.index(g) + 1] = [g[:cut], g[cut:]]
+    return [Job([sources[i] for i in g], [counts[i] for i in g], [offsets[i] for i in g], g, fps[g[0]])
+            for g in jobs]
 
 
 class _Spans:

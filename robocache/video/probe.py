@@ -26,27 +26,32 @@ from .source import VideoSource, count_in_spans, span_bounds
 BACKENDS = ("pyav", "opencv", "torchvision")
 
 
+_MODULES = {"pyav": "av", "opencv": "cv2", "torchvision": "torchvision.io"}
+
+
+def _usable(name: str) -> bool:
+    try:
+        mod = __import__(_MODULES[name], fromlist=["_"])
+    except ImportError:
+        return False
+    # torchvision >= 0.26 dropped io.read_video: importable is not the same as usable
+    return name != "torchvision" or hasattr(mod, "read_video")
+
+
 def available_backends() -> list[str]:
-    """Backends importable here, in "auto" order."""
-    names = []
-    for name, module in (("pyav", "av"), ("opencv", "cv2"), ("torchvision", "torchvision.io")):
-        try:
-            mod = __import__(module, fromlist=["_"])
-        except ImportError:
-            continue
-        # torchvision >= 0.26 dropped io.read_video: importable is not the same as usable
-        if name != "torchvision" or hasattr(mod, "read_video"):
-            names.append(name)
-    return names
+    """Backends importable here, in "auto" order (each one is imported to find out)."""
+    return [name for name in BACKENDS if _usable(name)]
 
 
 def resolve_backend(backend: str = "auto") -> str:
+    """The backend to decode with: "auto" is the first usable one, and only the modules up to it are
+    imported (torchvision and OpenCV take seconds to import on a GPU machine: every load paid for them)."""
     if backend == "auto":
-        names = available_backends()
-        if not names:
+        name = next((n for n in BACKENDS if _usable(n)), None)
+        if name is None:
             raise ImportError("decoding videos needs PyAV, OpenCV or torchvision: pip install robocache[lerobot] "
                               "(installs av), or pass load_video=False")
-        return names[0]
+        return name
     if backend not in BACKENDS:
         raise ValueError(f"video_backend must be 'auto' or one of {BACKENDS}, got {backend!r}")
     return backend

@@ -87,7 +87,7 @@ class Budgets:
     disk: int
     disk_dir: str = ""
     address: int | None = None   # bytes of address space the frames may map (RLIMIT_AS); None: no limit
-    host_limit: str = ""         # which limit the host budget came from (robocache.memory), for messages
+    host_limit: str = ""         # the limit a default host budget is half of (robocache.memory), for messages
 
     def of(self, tier: str) -> int:
         return getattr(self, tier)
@@ -103,11 +103,9 @@ def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, othe
     if device.type != "cuda":
         d = 0
     limits = memory.host_memory_limits()
-    limit = min(limits, key=limits.get) if limits else ""
-    if host_memory is not None:
-        h, limit = host_memory, "host_memory="
-    else:
-        h = int((limits[limit] if limits else memory.available_host_memory()) * HOST_SHARE)
+    limit = "" if host_memory is not None or not limits else min(limits, key=limits.get)
+    h = host_memory if host_memory is not None else \
+        int((limits[limit] if limits else memory.available_host_memory()) * HOST_SHARE)
     left = limits.get("RLIMIT_AS")
     root = os.fspath(disk_dir) if disk_dir is not None else os.fspath(cache_dir())
     try:
@@ -177,7 +175,7 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
 def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> str:
     total = sum(n.nbytes for n in needs)
     where = "memory" if cpu else "device"
-    host_of = f" ({HOST_SHARE:.0%} of {b.host_limit})" if b.host_limit and b.host_limit != "host_memory=" else ""
+    host_of = f" ({HOST_SHARE:.0%} of {b.host_limit})" if b.host_limit else ""
     lines = [f"{hint}frames of stream {need.name!r} need {_gb(need.nbytes)} ({need.frames} frames x "
              f"{need.frame_bytes} bytes; all image streams: {_gb(total)}), which does not fit "
              + ("in the tier asked for" if want != "auto" else "in any tier") + ".",

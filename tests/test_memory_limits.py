@@ -187,8 +187,10 @@ def test_auto_fits_under_rlimit_as(DATA, tmp_path):
     src = DATA / "groot_picknplace"
     if not src.is_dir():
         pytest.skip(f"{src} is not present")
-    # one malloc arena per thread reserves 64 MiB of address space each: 2 keep the test's margin
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MALLOC_ARENA_MAX="2", ROBOCACHE_CACHE_DIR=str(tmp_path))
+    # one malloc arena per thread reserves 64 MiB of address space, a thread stack 8 MiB: few threads and
+    # 2 arenas keep the test's margin on a many-core runner
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MALLOC_ARENA_MAX="2", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               ROBOCACHE_CACHE_DIR=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", CHILD, str(src), str(200 << 20)], capture_output=True, text=True,
                        env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -32,12 +32,14 @@ ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 
 # the doctor in a child process under a 2 GiB address-space limit (so the old unbounded scan fails
-# there, not on the machine), printing its peak RSS
+# there, not on the machine), printing its peak RSS: VmHWM, the high-water mark of the memory map exec
+# made (getrusage's ru_maxrss starts a forked child at its parent's RSS, pytest's)
 CHILD = """
-import resource, sys
+import sys
 from robocache import doctor
 code = doctor.main(sys.argv[1:])
-print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+with open("/proc/self/status") as f:
+    print("peak_kib", next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")), file=sys.stderr)
 sys.exit(code)
 """
 
@@ -49,7 +51,7 @@ def _doctor_child(*args):
                        env=dict(os.environ, PYTHONPATH=str(ROOT), **THREADS), cwd=ROOT, preexec_fn=None if ASAN else limit,
                        timeout=300)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    rss = [int(line.split()[1]) for line in r.stderr.splitlines() if line.startswith("maxrss_kib")]
+    rss = [int(line.split()[1]) for line in r.stderr.splitlines() if line.startswith("peak_kib")]
     assert rss, r.stderr[-3000:]
     return r, 0 if ASAN else rss[0] / 1024
 

@@ -607,6 +607,17 @@ def _as_tensor(a):
         return torch.from_numpy(a)
 
 
+def _user_stacklevel() -> int:
+    """The stacklevel of the first caller outside robocache, for a warning raised at load: a reader
+    reaches _Loader through one to four robocache frames, and the warning belongs to the user's call."""
+    import os
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(pkg):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class _Loader:
     """Turns a list of episode dicts into Streams (see Dataset.from_episodes)."""
 
@@ -886,6 +897,8 @@ class _Loader:
         offsets_t = torch.from_numpy(offsets).to(dev)
         if self.validate:
             self.check_times(name, times, offsets)
+            if dtype.is_floating_point and kind not in ("image", "pointcloud") and rows:
+                self.warn_nonfinite(name, values, offsets)
 
         fstats = self.stats.get(name)
         if fstats is not None:
@@ -903,6 +916,21 @@ class _Loader:
         except (TypeError, ValueError):
             return v
         return torch.from_numpy(a).to(self.device)
+
+    def warn_nonfinite(self, name, values, offsets):
+        """Warns when float values hold NaN or inf, naming the first such sample: one vectorized check and
+        one sync, at load only. A warning, not an error: a source may mark missing readings so (rosbag
+        joint_fill="nan", a sensor dropout), but a policy trained on them quietly diverges."""
+        torch = self.torch
+        bad = ~torch.isfinite(values.reshape(values.shape[0], -1)).all(dim=1)
+        if not bool(bad.any()):
+            return
+        i = int(torch.nonzero(bad)[0, 0])
+        e = int(np.searchsorted(offsets, i, side="right") - 1)
+        warnings.warn(f"{self.where(e, name)}: {int(bad.sum())} of {len(bad)} samples hold NaN or inf values, the "
+                      f"first at index {i - int(offsets[e])} ({values[i].flatten()[:8].tolist()}); batches that "
+                      f"sample them carry them into the model (python -m robocache doctor lists them)",
+                      stacklevel=_user_stacklevel())
 
     def check_times(self, name, times, offsets):
         """Finite and non-decreasing within every episode: vectorized on the device, one sync."""

@@ -382,9 +382,11 @@ def _diagnose_rosbag(report: Report, path, gap, gap_factor, window) -> None:
             continue
         try:
             read = read_bag(bag, topics=["*"], opts=opts, recover=True, skip_undecodable=True)
-        except (ReaderError, ValueError, OSError) as e:
-            report.add("error", bag.path, "unreadable", str(e))
-            info["error"] = str(e)
+        except Exception as e:  # a damaged file is a finding, whatever the library it breaks raises
+            why = str(e) if isinstance(e, (ReaderError, ValueError, OSError)) else \
+                f"{bag.path}: cannot read: {type(e).__name__}: {e}"
+            report.add("error", bag.path, "unreadable", why)
+            info["error"] = why
             continue
         reads.append(read)
         facts = read.facts
@@ -672,7 +674,7 @@ def _parser():
 
 def main(argv=None, *, out=None) -> int:
     """The ``doctor`` command: prints the report; exit code 1 when it has errors (or warnings with
-    ``--strict``), 2 when the path is not a source."""
+    ``--strict``), 2 when the path is not a source or cannot be checked at all."""
     out = out or sys.stdout
     args = _parser().parse_args(argv)
     src = args.path if len(args.path) > 1 else args.path[0]
@@ -680,6 +682,9 @@ def main(argv=None, *, out=None) -> int:
         report = diagnose(src, gap=args.gap, gap_factor=args.gap_factor, window=args.window, format=args.format)
     except (ValueError, FileNotFoundError) as e:
         print(f"doctor: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a source that breaks the doctor itself: a message naming it, not a traceback
+        print(f"doctor: {src}: cannot check it: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     print(report.to_json(indent=2) if args.json else report.table(), file=out)
     return report.exit_code(strict=args.strict)

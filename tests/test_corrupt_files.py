@@ -15,6 +15,7 @@ unchecksummed HDF5 dataset reads as a different number) is not an error and is n
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import warnings
@@ -243,6 +244,21 @@ def test_zarr(pusht_copy, name, kind, pattern, fast, rng):
         also = lambda: Dataset.from_zarr(pusht_copy, keys=["state"], device="cpu")  # noqa: E731
     expect_reader_error(lambda: read_zarr(pusht_copy, keys=["state"], fast=fast), p, pusht_copy,
                         re.escape(str(pusht_copy)) + "/" + pattern, also=also)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["numcodecs", "zarr"])
+@pytest.mark.parametrize("key,chunks,pattern", [
+    ("data/state", [0, 5], r"data/state(/\.zarray)?: array 'data/state' has chunks \[0, 5\]; every chunk size must be >= 1"),
+    ("meta/episode_ends", [0], r"meta/episode_ends(/\.zarray)?: array 'meta/episode_ends' has chunks \[0\]; every "
+                               r"chunk size must be >= 1")])
+def test_zarr_bad_chunk_sizes(pusht_copy, key, chunks, pattern, fast):
+    """A chunk size of 0 divided by zero inside the reader or zarr (ZeroDivisionError naming nothing)."""
+    p = pusht_copy / key / ".zarray"
+    meta = json.loads(p.read_text())
+    meta["chunks"] = chunks
+    p.write_text(json.dumps(meta))
+    expect_reader_error(lambda: read_zarr(pusht_copy, keys=["state"], fast=fast), p, pusht_copy,
+                        re.escape(str(pusht_copy)) + "/" + pattern)
 
 
 def test_damage_kinds_change_the_files(tmp_path, rng):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -576,3 +577,45 @@ def test_cuda_resident_and_equal_to_cpu(rng):
         assert v.is_cuda
         torch.testing.assert_close(v.cpu(), cpu.streams["joints"].stats[k], rtol=1e-10, atol=1e-10)
     assert moved.to("cpu").streams["joints"].values.device.type == "cpu"
+
+
+def test_nonfinite_values_warn_once_at_load(rng):
+    """NaN/inf state values loaded silently; now one warning per stream naming the source, episode, stream
+    and the first bad sample, pointing at the user's call. Images, integers and clean streams: none."""
+    x = rng.normal(size=(10, 3)).astype(np.float32)
+    x[4, 1], x[7] = np.nan, np.inf
+    eps = [{"state": (rng.normal(size=(5, 3)).astype(np.float32), np.arange(5.0)),
+            "image": (rng.integers(0, 255, (5, 8, 8, 3), dtype=np.uint8), np.arange(5.0)),
+            "count": (np.arange(5), np.arange(5.0))},
+           {"state": (x, np.arange(10.0)), "action": (np.full((10, 2), np.nan), np.arange(10.0)),
+            "clean": (rng.normal(size=(10, 2)), np.arange(10.0))}]
+    with pytest.warns(UserWarning) as rec:
+        Dataset.from_episodes(eps, device="cpu", source="/data/demo.hdf5")
+    msgs = sorted(str(w.message) for w in rec)
+    assert len(msgs) == 2, msgs
+    assert msgs[0].startswith("/data/demo.hdf5: episode 1, stream 'action': 10 of 10 samples hold NaN or inf "
+                              "values, the first at index 0 ([nan, nan])")
+    assert msgs[1].startswith("/data/demo.hdf5: episode 1, stream 'state': 2 of 15 samples hold NaN or inf values, "
+                              "the first at index 4 (")
+    assert {w.filename for w in rec} == {__file__}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Dataset.from_episodes(eps, device="cpu", validate=False)   # validate=False: the caller checked
+
+
+def test_nonfinite_values_warning_from_a_reader(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "nan.hdf5"
+    with h5py.File(path, "w") as f:
+        for i, n in enumerate((4, 6)):
+            g = f.create_group(f"data/demo_{i}")
+            g.attrs["num_samples"] = n
+            pos = np.zeros((n, 3))
+            if i == 1:
+                pos[5, 2] = np.nan
+            g.create_dataset("obs/eef_pos", data=pos)
+            g.create_dataset("actions", data=np.zeros((n, 7), np.float32))
+    with pytest.warns(UserWarning, match=rf"{re.escape(str(path))}: episode 1, stream 'obs/eef_pos': 1 of 10 samples "
+                                         rf"hold NaN or inf values, the first at index 5") as rec:
+        Dataset.from_robomimic(path, device="cpu")
+    assert [w.filename for w in rec] == [__file__]

@@ -6,6 +6,8 @@ Under the cuda marker: device, pinned host and disk tiers against the CPU batche
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -163,6 +165,36 @@ def test_plan_error_names_bytes_and_ways_out():
         assert word in msg
     with pytest.raises(MemoryError, match="in the tier asked for"):
         fplan.plan(_needs(), "device", fplan.Budgets(10, 10**6, 10**6, "/tmp"), device=torch.device("cuda", 0))
+
+
+def test_plan_frames_names_an_unknown_stream():
+    b = fplan.Budgets(device=10**6, host=10**6, disk=10**6, disk_dir="/tmp")
+    with pytest.raises(ValueError, match=r"set: frames names 'typo', not an image stream of this dataset; "
+                                         r"its image streams are \['a', 'b', 'c'\]"):
+        fplan.plan(_needs(), {"typo": "disk", "a": "disk"}, b, device=torch.device("cpu"), hint="set: ")
+
+
+@pytest.mark.parametrize("arg", ["device_memory", "host_memory"])
+def test_budget_arguments_are_checked(tmp_path, arg):
+    for bad in ("lots", [1], True, None.__class__):
+        with pytest.raises(TypeError, match=f"{arg} must be a number of bytes .*got {re.escape(repr(bad))}"):
+            fplan.budgets(torch.device("cpu"), disk_dir=tmp_path, **{arg: bad})
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"{arg} must be a finite number of bytes >= 0, got {re.escape(repr(bad))}"):
+            fplan.budgets(torch.device("cpu"), disk_dir=tmp_path, **{arg: bad})
+    b = fplan.budgets(torch.device("cpu"), disk_dir=tmp_path, **{arg: np.int64(5e9)})
+    assert b.host == 5 * 10**9 if arg == "host_memory" else b.device == 0     # the CPU has no device budget
+
+
+def test_from_lerobot_checks_frames_and_budgets(DATA):
+    src = DATA / "groot_picknplace"
+    if not src.is_dir():
+        pytest.skip(f"{src} is not present")
+    with pytest.warns(UserWarning, match="egoview"), \
+            pytest.raises(ValueError, match=r"groot_picknplace: frames names 'typo'.*\['observation\.images\.ego_view'\]"):
+        robocache.Dataset.from_lerobot(src, device="cpu", frames={"typo": "disk"})
+    with pytest.warns(UserWarning, match="egoview"), pytest.raises(TypeError, match="host_memory must be a number"):
+        robocache.Dataset.from_lerobot(src, device="cpu", host_memory="lots")
 
 
 def test_budgets_defaults(tmp_path):

@@ -4,9 +4,14 @@ Budgets (bytes), unless given:
 - device: 25% of the GPU's free memory at load time, less what the dataset's other streams take. The
   rest is the model's: a policy's weights, optimizer state and activations usually need most of a GPU,
   and a loader that takes them would move the out-of-memory error into the training step.
-- host: 50% of the machine's available RAM (``MemAvailable``) for pinned frames: pinned pages cannot be
-  swapped or reclaimed, and the page cache, the DataLoader-free training process and other jobs need the rest.
+- host: 50% of the host memory this process may still take (robocache.memory: the smallest of
+  ``MemAvailable``, the container's cgroup limit less its usage, and what ``RLIMIT_AS`` leaves) for
+  pinned frames: pinned pages cannot be swapped or reclaimed, and the page cache, the DataLoader-free
+  training process and other jobs need the rest.
 - disk: the free space of the cache directory, less 1 GB.
+- address space, only under ``RLIMIT_AS``: 50% of what it leaves, shared by every tier but the GPU's
+  (host buffers, and the disk and compressed tiers' maps of their cache files), the rest for the
+  decoders' threads and the training process.
 ``auto`` puts each stream whole into the first tier with room, in the order device, host, disk, and
 only then ``compressed`` (lossy: JPEG, see jpeg.py; the loader warns when auto picks it). Compressed
 bytes are not known before coding: the plan counts ``JPEG_BITS_PER_PIXEL`` per pixel, and they live in
@@ -16,9 +21,13 @@ A plan that cannot fit raises one ``MemoryError`` naming the bytes needed and av
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from dataclasses import dataclass
+from numbers import Real
+
+from .. import memory
 
 TIER_ORDER = ("device", "host", "disk", "compressed")
 CHOICES = ("auto",) + TIER_ORDER
@@ -57,21 +66,6 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
-def host_available() -> int:
-    """Bytes of RAM available to new allocations (Linux ``MemAvailable``; else total / 2)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-    except (ValueError, OSError):  # pragma: no cover
-        return 0
-
-
 def device_free(device) -> int:
     """Free bytes on a CUDA device (0 for the CPU)."""
     import torch
@@ -92,6 +86,8 @@ class Budgets:
     host: int
     disk: int
     disk_dir: str = ""
+    address: int | None = None   # bytes of address space the frames may map (RLIMIT_AS); None: no limit
+    host_limit: str = ""         # the limit a default host budget is half of (robocache.memory), for messages
 
     def of(self, tier: str) -> int:
         return getattr(self, tier)
@@ -100,17 +96,36 @@ class Budgets:
 def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, other_device_bytes: int = 0) -> Budgets:
     """The bytes each tier may take (see the module docstring for the defaults)."""
     from .cache import cache_dir
-    d = int(device_memory) if device_memory is not None else \
+    device_memory = _bytes_arg("device_memory", device_memory)
+    host_memory = _bytes_arg("host_memory", host_memory)
+    d = device_memory if device_memory is not None else \
         max(0, int(device_free(device) * DEVICE_SHARE) - int(other_device_bytes))
     if device.type != "cuda":
         d = 0
-    h = int(host_memory) if host_memory is not None else int(host_available() * HOST_SHARE)
+    limits = memory.host_memory_limits()
+    limit = "" if host_memory is not None or not limits else min(limits, key=limits.get)
+    h = host_memory if host_memory is not None else \
+        int((limits[limit] if limits else memory.available_host_memory()) * HOST_SHARE)
+    left = limits.get("RLIMIT_AS")
     root = os.fspath(disk_dir) if disk_dir is not None else os.fspath(cache_dir())
     try:
         k = max(0, disk_free(root) - DISK_RESERVE)
     except OSError:
         k = 0
-    return Budgets(d, h, k, root)
+    return Budgets(d, h, k, root, None if left is None else int(left * HOST_SHARE), limit)
+
+
+def _bytes_arg(name: str, value) -> int | None:
+    """A budget argument as whole bytes: TypeError for what is not a number, ValueError for a negative or
+    non-finite one, both naming the parameter."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number of bytes (an int such as 8 << 30), got {value!r} "
+                        f"({type(value).__name__})")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of bytes >= 0, got {value!r}")
+    return int(value)
 
 
 def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> dict[str, str]:
@@ -126,18 +141,30 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
     for n, t in per.items():
         if t not in CHOICES:
             raise ValueError(f"frames[{n!r}] must be one of {CHOICES}, got {t!r}")
+    names = [n.name for n in needs]
+    unknown = [n for n in per if n not in names]
+    if unknown:
+        raise ValueError(f"{hint}frames names {', '.join(map(repr, unknown))}, not an image stream of this "
+                         f"dataset; its image streams are {names}")
     cpu = device.type != "cuda"
-    left = {"device": b.host if cpu else b.device, "host": b.host, "disk": b.disk}
+    left = {"device": b.host if cpu else b.device, "host": b.host, "disk": b.disk,
+            "address": math.inf if b.address is None else b.address}
     out: dict[str, str] = {}
     # explicit choices first, so auto fills around them
     for need in sorted(needs, key=lambda n: per.get(n.name, default) == "auto"):
         want = per.get(need.name, default)
         tiers = TIER_ORDER if want == "auto" else (want,)
         for t in tiers:
+            size = need.bytes_in(t)
             pools = ("host", "disk") if t == "compressed" else ("host" if cpu and t == "device" else t,)
-            pool = next((p for p in pools if need.bytes_in(t) <= left[p]), None)
-            if pool is not None and (t != "compressed" or need.height * need.width > 0):
-                left[pool] -= need.bytes_in(t)
+            pool = next((p for p in pools if size <= left[p]), None)
+            # every tier but the GPU's maps its bytes into this process: RLIMIT_AS counts them
+            mapped = cpu or t != "device"
+            if pool is not None and (t != "compressed" or need.height * need.width > 0) \
+                    and (not mapped or size <= left["address"]):
+                left[pool] -= size
+                if mapped:
+                    left["address"] -= size
                 out[need.name] = "cpu" if cpu and t in ("device", "host") else t
                 break
         else:
@@ -148,11 +175,14 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
 def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> str:
     total = sum(n.nbytes for n in needs)
     where = "memory" if cpu else "device"
+    host_of = f" ({HOST_SHARE:.0%} of {b.host_limit})" if b.host_limit else ""
     lines = [f"{hint}frames of stream {need.name!r} need {_gb(need.nbytes)} ({need.frames} frames x "
              f"{need.frame_bytes} bytes; all image streams: {_gb(total)}), which does not fit "
              + ("in the tier asked for" if want != "auto" else "in any tier") + ".",
              f"  left: {where} {_gb(left['device'])}" + ("" if cpu else f" of a {_gb(b.device)} budget")
-             + f", host {_gb(left['host'])} of {_gb(b.host)}, disk {_gb(left['disk'])} at {b.disk_dir}"]
+             + f", host {_gb(left['host'])} of {_gb(b.host)}{host_of}, disk {_gb(left['disk'])} at {b.disk_dir}"
+             + ("" if b.address is None else f", address space {_gb(left['address'])} of {_gb(b.address)} "
+                                             f"({HOST_SHARE:.0%} of what RLIMIT_AS leaves)")]
     ways = ["video_resize=(h, w) stores fewer bytes per frame",
             f"frames='compressed' codes the frames as JPEG (lossy; ~{_gb(need.compressed_bytes)} for this stream)",
             "episodes=[...] loads part of the dataset",
@@ -161,4 +191,22 @@ def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> 
             "device_memory= / host_memory= raise a budget",
             "shard_episodes=True (multi-GPU) holds only each rank's episodes",
             "ROBOCACHE_CACHE_DIR points the disk tier at a bigger disk"]
+    if b.host_limit.startswith("cgroup"):
+        ways.append(f"a larger memory limit for the container or job ({b.host_limit.split(' ', 1)[1]})")
+    if b.address is not None:
+        ways.append("a larger address-space limit (ulimit -v, RLIMIT_AS)")
     return "\n".join(lines + ["  ways out: " + "; ".join(ways)])
+
+
+def allocation_failed(what: str, nbytes: int, tier: str, error: BaseException, hint: str = "") -> MemoryError:
+    """The MemoryError for a buffer the plan made room for that the system then refused (``OSError``
+    ENOMEM from a map, torch's ``RuntimeError`` from its allocator, ``MemoryError``): memory taken by
+    another process since the plan was made, or a limit the plan could not see. It names the buffer,
+    its size, what host memory is left under which limit, and the ways out; raise it ``from error``."""
+    limits = memory.host_memory_limits()
+    now = ", ".join(f"{k} {_gb(v)}" for k, v in sorted(limits.items(), key=lambda kv: kv[1]))
+    return MemoryError(
+        f"{hint}could not allocate {what}: {_gb(nbytes)} ({nbytes} bytes) for the {tier} tier ({error}). "
+        f"Host memory left now: {now or 'unknown'}. Ways out: frames='disk' or frames='compressed' "
+        f"(less host memory), host_memory= a smaller budget so the plan picks another tier, episodes=[...] "
+        f"or video_resize=(h, w) for fewer bytes, or a larger container memory limit / ulimit -v")

@@ -26,9 +26,25 @@ def _v2_meta(root, key):
         return None
     try:
         with open(p, "rb") as f:
-            return json.load(f)
+            meta = json.load(f)
     except ValueError as e:
         raise ReaderError(f"{p}: not valid JSON ({e})") from e
+    if not isinstance(meta, dict):
+        raise ReaderError(f"{p}: array '{key}' metadata must be a JSON object, got {type(meta).__name__}")
+    _check_chunks(p, key, meta.get("shape"), meta.get("chunks"))
+    return meta
+
+
+def _check_chunks(where, key, shape, chunks) -> None:
+    """ReaderError naming the array when its shape and chunks are not lists of integers of one length,
+    chunk sizes >= 1 (zarr and the chunk count would divide by a chunk size of 0)."""
+    def ints(x):
+        return isinstance(x, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+    if not ints(shape) or not ints(chunks) or len(shape) != len(chunks) or any(v < 0 for v in shape):
+        raise ReaderError(f"{where}: array '{key}' has shape {shape!r} and chunks {chunks!r}; expected two lists "
+                          f"of integers of the same length")
+    if any(c < 1 for c in chunks):
+        raise ReaderError(f"{where}: array '{key}' has chunks {list(chunks)}; every chunk size must be >= 1")
 
 
 def _metadata_error(path, e) -> ReaderError:
@@ -110,6 +126,7 @@ def _read_zarr(group, key, path):
     except ValueError as e:
         raise _metadata_error(path, e) from e
     name = os.path.join(path, "data", key)
+    _check_chunks(name, f"data/{key}", list(arr.shape), list(arr.chunks))
     try:
         return arr[...]
     except Exception as e:
@@ -147,6 +164,8 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
         raise ReaderError(f"{path}: no meta/episode_ends (not a diffusion-policy ReplayBuffer)") from None
     except ValueError as e:
         raise _metadata_error(path, e) from e
+    _check_chunks(os.path.join(path, "meta", "episode_ends"), "meta/episode_ends", list(ends_arr.shape),
+                  list(ends_arr.chunks))
     try:
         ends = np.asarray(ends_arr[...], dtype=np.int64)
     except Exception as e:

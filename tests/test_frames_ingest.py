@@ -831,7 +831,7 @@ def test_source_changing_during_ingest_is_not_cached(clips, tmp_path, monkeypatc
 
 def test_direct_writes_only_for_entries_large_against_the_ram(monkeypatch):
     monkeypatch.delenv("ROBOCACHE_CACHE_DIRECT", raising=False)
-    monkeypatch.setattr(rc_writes, "mem_available", lambda: 400)
+    monkeypatch.setattr(rc_writes, "available_host_memory", lambda: 400)
     assert rc_writes.write_direct(101) and not rc_writes.write_direct(100)
     monkeypatch.setenv("ROBOCACHE_CACHE_DIRECT", "0")
     assert not rc_writes.write_direct(10**12)
@@ -962,3 +962,20 @@ def test_processes_and_a_full_disk(clips, cache_env, monkeypatch):
         with pytest.raises(rc_cache.CacheError, match=r"in processes .*No space left.*ROBOCACHE_DECODE_PROCESSES=0"):
             ingest_videos(clips["av1"], tier=tier, workers=2)
     assert [n for n in entry_files(cache_env) if not n.endswith(".lock")] == []
+
+
+def test_a_refused_buffer_is_the_plans_memory_error(clips, monkeypatch):
+    """The host buffer or the disk tier's map refused by the system (ENOMEM: memory taken since the plan,
+    a limit it could not see): a MemoryError with the sizes and the ways out, not a bare OSError."""
+    def refuse(*a, **k):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(rc_buffers, "POPULATE_MIN_BYTES", 0)
+    monkeypatch.setattr(rc_buffers.mmap, "mmap", refuse)
+    monkeypatch.setattr(rc_buffers.torch_or_error(), "cuda", type("NoCuda", (), {"is_available": staticmethod(lambda: False)}))
+    with pytest.raises(MemoryError, match=r"could not allocate the decoded frames in host memory: .* host tier "
+                                          r".*Ways out: frames='disk'"):
+        ingest_videos(clips["h264"], tier="host", cache=False)
+    monkeypatch.setattr(rc_buffers.np, "memmap", refuse)
+    with pytest.raises(MemoryError, match=r"could not allocate a map of the decoded frames' file"):
+        ingest_videos(clips["h264"], tier="disk", cache=False)

@@ -3,6 +3,8 @@ bytes to the device through pinned chunks (``Uploader``)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,7 @@ from .._util import cpu_count, require
 from ..video import FrameSpec
 from . import cache as _cache
 from .pinned import file_pages, pinned_empty, pinned_file
+from .plan import allocation_failed
 
 UPLOAD_CHUNK = 256 << 20  # cache -> device: two pinned chunks of this size, each read by several threads
 POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
@@ -37,6 +40,30 @@ def resolve_device(torch, tier, device):
     return dev
 
 
+@contextlib.contextmanager
+def allocating(what: str, nbytes: int, tier: str):
+    """A buffer the plan made room for that the system refuses (memory taken since the plan, a limit it
+    could not see): the plan's MemoryError with the sizes and the ways out, never a bare ENOMEM or CUDA
+    out-of-memory error."""
+    try:
+        yield
+    except MemoryError as e:
+        raise allocation_failed(what, nbytes, tier, e) from e
+    except OSError as e:
+        if e.errno != errno.ENOMEM:
+            raise
+        raise allocation_failed(what, nbytes, tier, e) from e
+    except RuntimeError as e:
+        if "out of memory" not in str(e).lower():
+            raise
+        raise allocation_failed(what, nbytes, tier, e) from e
+
+
+def device_buffer(torch, spec: FrameSpec, n: int, dev):
+    with allocating("the decoded frames on the GPU", n * spec.frame_bytes, "device"):
+        return torch.empty(shape(spec, n), dtype=torch.uint8, device=dev)
+
+
 def shape(spec: FrameSpec, n: int) -> tuple:
     return (n,) + spec.row_shape
 
@@ -48,16 +75,17 @@ def host_buffer(torch, shape, fill=None):
     Without a GPU an anonymous map populated up front: on the 2-core machine MAP_POPULATE took 0.4 s
     for 0.88 GB, 4 KiB faults while decoding 0.54 s, and huge-page faults 0.13-2.7 s (the kernel's
     compaction on a fragmented VM)."""
-    if torch.cuda.is_available():
-        # exact size: torch's pin_memory=True rounds to a power of two (75 GB would ask for 128 GB)
-        return pinned_empty(shape, fill=fill)
     nbytes = int(np.prod(shape))
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    if nbytes < POPULATE_MIN_BYTES or not populate:
-        out = torch.empty(shape, dtype=torch.uint8)
-    else:
-        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
-        out = torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map
+    with allocating("the decoded frames in host memory", nbytes, "host"):
+        if torch.cuda.is_available():
+            # exact size: torch's pin_memory=True rounds to a power of two (75 GB would ask for 128 GB)
+            return pinned_empty(shape, fill=fill)
+        populate = getattr(mmap, "MAP_POPULATE", 0)
+        if nbytes < POPULATE_MIN_BYTES or not populate:
+            out = torch.empty(shape, dtype=torch.uint8)
+        else:
+            region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+            out = torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map
     if fill is not None:
         fill(out.numpy())
     return out
@@ -69,7 +97,8 @@ def map_file(torch, path, spec: FrameSpec, n: int):
     would turn it into a segfault, since torch tensors are always writable)."""
     if n == 0:
         return torch.empty(shape(spec, 0), dtype=torch.uint8)
-    arr = np.memmap(path, dtype=np.uint8, mode="c", shape=shape(spec, n))
+    with allocating("a map of the decoded frames' file", n * spec.frame_bytes, "disk"):
+        arr = np.memmap(path, dtype=np.uint8, mode="c", shape=shape(spec, n))
     return torch.from_numpy(arr)
 
 
@@ -112,7 +141,7 @@ def host_pages(torch, path, spec, n):
 
 def upload(torch, fd, spec, n, dev):
     """The file's rows to a new device tensor (see Uploader)."""
-    data = torch.empty(shape(spec, n), dtype=torch.uint8, device=dev)
+    data = device_buffer(torch, spec, n, dev)
     with Uploader(torch, data, fd) as up:
         up.span(0, n * spec.frame_bytes)
     return data

@@ -39,7 +39,7 @@ from .._util import cpu_count, progress_bar
 from ..video import (FrameSpec, Rows, Ticker, VideoSource, as_sources, check_resize, decode_job, make_jobs,
                      probe_sources, probe_video, resolve_backend)
 from . import cache as _cache
-from .buffers import Uploader, host_buffer, host_pages, map_file, resolve_device, shape, torch_or_error, upload
+from .buffers import Uploader, device_buffer, host_buffer, host_pages, map_file, resolve_device, shape, torch_or_error, upload
 from .pool import end_pool, raise_first
 from .processes import decode_in_processes, decode_processes
 from .writes import Done, FileWrites, commit, open_writer, write_direct
@@ -296,7 +296,7 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
     writes = FileWrites(writer, fb, tier, nbytes) if writer is not None else None
     # rows handed over at a time: a ring half (tiers device and disk), a write of the host buffer
     chunk = max(1, min(max(j.n for j in jobs), STAGE_BYTES // 2 // fb))
-    data = torch.empty(shape(spec, n_total), dtype=torch.uint8, device=dev) if tier == "device" else None
+    data = device_buffer(torch, spec, n_total, dev) if tier == "device" else None
     local = threading.local()
 
     def staging():
@@ -433,7 +433,7 @@ def _decode_all_processes(torch, jobs, paths, spec, counts, *, tier, dev, entry,
     if writer is None:
         return None
     chunk = max(1, min(max(j.n for j in jobs), STAGE_BYTES // 2 // fb))
-    data = torch.empty(shape(spec, n_total), dtype=torch.uint8, device=dev) if tier == "device" else None
+    data = device_buffer(torch, spec, n_total, dev) if tier == "device" else None
     up = Uploader(torch, data, writer.fd) if tier == "device" else contextlib.nullcontext()
     try:
         with up:

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..memory import available_host_memory
 from . import cache as _cache
 
 
@@ -91,27 +92,16 @@ class FileWrites:
         self.pool.shutdown(wait=True, cancel_futures=cancel)
 
 
-def mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def write_direct(nbytes: int, reserve: int = 0) -> bool:
     """Whether the host tier writes its cache file with O_DIRECT: when the entry is large against the
-    memory left (> 1/4 of MemAvailable less ``reserve``, the host buffer still to fill). Through the page
+    memory left (> 1/4 of what the host, its cgroup and RLIMIT_AS leave, less ``reserve``, the host buffer still to fill). Through the page
     cache, a small entry stays cached and the next load reads it at memory speed; a large one could
     not stay (the frames themselves fill the RAM), so copying it there would only cost CPU and evict
     other files. ROBOCACHE_CACHE_DIRECT=1 / 0 forces either."""
     env = os.environ.get("ROBOCACHE_CACHE_DIRECT")
     if env in ("0", "1"):
         return env == "1"
-    avail = mem_available()
+    avail = available_host_memory()
     return avail is not None and nbytes > max(0, avail - reserve) // 4
 
 

@@ -34,8 +34,11 @@ def child(args) -> None:
     """One load in this process; prints {"seconds", "rss_mb", "child_rss_mb", "from_cache", "frames"}."""
     import resource
 
-    import robocache  # noqa: F401  (imports before the clock, as a training script has them)
+    import av  # noqa: F401  (imports before the clock: once per process, whatever the data)
+    import pyarrow.parquet  # noqa: F401
     import torch
+
+    import robocache
 
     if torch.cuda.is_available():  # and its CUDA context (1-5 s to create): not a load's cost
         torch.zeros(1, device="cuda")

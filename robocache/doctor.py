@@ -562,19 +562,12 @@ def _ranges(xs) -> str:
 
 def _video_frames(path: Path):
     """(frame count, fps) from the container's metadata (no decoding); (None, why) on failure."""
+    from .video import probe_video
+    from .video.probe import count_frames
     try:
-        import av
-    except ImportError:
-        return None, "PyAV is not installed (pip install av)"
-    try:
-        with av.open(str(path)) as c:
-            s = c.streams.video[0]
-            frames = int(s.frames)
-            rate = float(s.average_rate) if s.average_rate else None
-            if frames == 0:   # containers without a frame table: count packets
-                frames = sum(1 for p in c.demux(s) if p.size)
-            return frames, rate
-    except Exception as e:
+        info = probe_video(path, backend="pyav")
+        return (info.frames or count_frames(path)), (info.fps or None)
+    except (ImportError, ValueError, OSError) as e:
         return None, str(e)
 
 

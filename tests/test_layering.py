@@ -418,3 +418,45 @@ def test_c_checker_finds_cycles(tmp_path):
     assert graph["csrc/module.c"] == {"csrc/a.c": graph["csrc/module.c"]["csrc/a.c"]}
     assert graph["cuda/k.cu"] == {"csrc/cpu/k.c": graph["cuda/k.cu"]["csrc/cpu/k.c"]}
     assert c_definitions(strip_c((tmp_path / "csrc" / "module.c").read_text()))[0] == {"doc_text"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the video layer (DESIGN.md §3d): one place opens video files, below readers/ and frames/
+
+# modules outside robocache/video/ allowed to import a video library, and why
+VIDEO_LIBRARY_USERS = {"robocache.bench.torch_loader": "the torch DataLoader baseline decodes as users' workers do"}
+
+
+def _imports_of(package_dir: Path) -> dict[str, set[str]]:
+    graph = python_import_graph(package_dir)
+    return {m: set(deps) for m, deps in graph.items()}
+
+
+def test_frames_and_video_do_not_import_readers():
+    deps = _imports_of(ROOT / "robocache")
+    bad = [(m, d) for m, ds in deps.items() for d in ds
+           if (m.startswith("robocache.frames") and d.startswith("robocache.readers"))
+           or (m.startswith("robocache.video") and (d.startswith("robocache.readers") or d.startswith("robocache.frames")))]
+    assert not bad, f"layers broken (video < frames, video < readers): {bad}"
+
+
+def test_only_the_video_layer_imports_video_libraries():
+    found = []
+    for path in sorted((ROOT / "robocache").rglob("*.py")):
+        mod = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if mod.startswith("robocache.video") or mod in VIDEO_LIBRARY_USERS:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                names = [node.args[0].value]
+            for n in names:
+                if n.split(".")[0] in ("av", "cv2") or n.startswith("torchvision.io"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {n}")
+    assert not found, "video libraries outside robocache/video/:\n" + "\n".join(found)

@@ -6,6 +6,8 @@ resampling, only the DCT quantization (``qscale``: FFmpeg's ``-q:v`` for MJPEG, 
 it scales the JPEG standard quantization tables). The stream's matrix and range are kept by the
 store, so the batch converts the decoded planes to RGB exactly as the lossless tiers do.
 
+PyAV's MJPEG encoder and decoder live in robocache/video/mjpeg.py (the one place that calls PyAV).
+
 Decoding (per batch): on a GPU, nvJPEG's batched decoder (``robocache._C.decode_jpeg``: the A100/H100
 JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) writes the sampled
 frames' planes into a scratch I420 buffer on the loader's stream, and ``gather_frames`` makes the batch
@@ -17,70 +19,11 @@ from __future__ import annotations
 
 import glob
 import os
-import threading
 
 import numpy as np
 
 from .._util import cpu_count
-from ..video.layout import copy_planes, yuv420_geometry
-
-DEFAULT_QSCALE = 2
-_LOCAL = threading.local()
-
-
-def _av():
-    from .._util import require
-    return require("av", "lerobot", "the compressed frame tier (JPEG encode/decode with PyAV)")
-
-
-def check_qscale(qscale) -> int:
-    if isinstance(qscale, bool) or not isinstance(qscale, (int, np.integer)) or not 1 <= int(qscale) <= 31:
-        raise ValueError(f"jpeg_qscale must be an int in [1, 31] (FFmpeg's MJPEG -q:v: 1 finest, 31 coarsest), "
-                         f"got {qscale!r}")
-    return int(qscale)
-
-
-class Encoder:
-    """One thread's MJPEG encoder for ``height x width`` I420 rows at ``qscale`` (single-threaded:
-    the bytes depend only on the frame, so the same frames give the same cache every run)."""
-
-    def __init__(self, height: int, width: int, qscale: int = DEFAULT_QSCALE):
-        av = _av()
-        self.height, self.width, self.qscale = int(height), int(width), check_qscale(qscale)
-        ctx = av.CodecContext.create("mjpeg", "w")
-        ctx.width, ctx.height, ctx.pix_fmt = self.width, self.height, "yuvj420p"
-        ctx.thread_count = 1
-        # a fixed quantizer: rate control pinned to qscale (no bit rate target)
-        ctx.options = {"qmin": str(self.qscale), "qmax": str(self.qscale), "b": "0"}
-        self._ctx, self._pts = ctx, 0
-        self._frame = av.VideoFrame(self.width, self.height, "yuvj420p")
-        ch, cw = (self.height + 1) // 2, (self.width + 1) // 2
-        self._planes = []
-        for p, (h, w) in zip(self._frame.planes, ((self.height, self.width), (ch, cw), (ch, cw))):
-            self._planes.append(np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w])
-        self._ends = (self.height * self.width, self.height * self.width + ch * cw)
-
-    def encode(self, row: np.ndarray) -> bytes:
-        """One I420 row -> the JPEG bitstream."""
-        y_end, u_end = self._ends
-        self._planes[0][...] = row[:y_end].reshape(self._planes[0].shape)
-        self._planes[1][...] = row[y_end:u_end].reshape(self._planes[1].shape)
-        self._planes[2][...] = row[u_end:].reshape(self._planes[2].shape)
-        self._frame.pts = self._pts      # the encoder refuses a repeated timestamp
-        self._pts += 1
-        packets = self._ctx.encode(self._frame)
-        if len(packets) != 1:   # MJPEG is intra-only without delay: one packet per frame
-            raise RuntimeError(f"MJPEG encoder returned {len(packets)} packets for one frame")
-        return bytes(packets[0])
-
-
-def encode_rows(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE) -> list[bytes]:
-    """I420 rows ``[n, frame_bytes]`` -> their JPEG bitstreams (this thread's encoder)."""
-    enc = getattr(_LOCAL, "enc", None)
-    if enc is None or (enc.height, enc.width, enc.qscale) != (height, width, qscale):
-        enc = _LOCAL.enc = Encoder(height, width, qscale)
-    return [enc.encode(r) for r in rows]
-
+from ..video.mjpeg import DEFAULT_QSCALE, Encoder, check_qscale, decode_rows_cpu, encode_rows  # noqa: F401
 
 def encode_all(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE, workers=None) -> list[bytes]:
     """I420 rows -> bitstreams, in parallel over threads (the encoder releases the GIL)."""
@@ -101,20 +44,6 @@ def pack(chunks: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(chunks) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     return np.frombuffer(b"".join(chunks), np.uint8), offsets
-
-
-def decode_rows_cpu(data: np.ndarray, offsets: np.ndarray, ids, out: np.ndarray, height: int, width: int) -> None:
-    """Frames ``ids`` of (data, offsets) decoded by FFmpeg's MJPEG decoder into I420 rows ``out[m]``."""
-    av = _av()
-    dec = getattr(_LOCAL, "dec", None)
-    if dec is None:
-        dec = _LOCAL.dec = av.CodecContext.create("mjpeg", "r")
-    geometry = yuv420_geometry(height, width)
-    for m, i in enumerate(np.asarray(ids, np.int64).tolist()):
-        frames = dec.decode(av.Packet(data[offsets[i]:offsets[i + 1]].tobytes()))
-        if len(frames) != 1 or frames[0].width != width or frames[0].height != height:
-            raise ValueError(f"compressed frame {i} does not decode to one {height}x{width} frame")
-        copy_planes(frames[0].planes, out[m], geometry)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import numpy as np
 
 from ._common import Episodes, ReaderError, check_times, infer_kind, require
 from ..video import VideoSource
+from ..video.images import decode_images
 
 #: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
@@ -201,27 +202,10 @@ def _column_to_numpy(col, name: str, shape, where: str):
 
 def _decode_image_column(col, name, where):
     """LeRobot image features stored in parquet (struct{bytes, path}) to uint8 [n, H, W, C]."""
-    rows = col.to_pylist()
     try:
-        import cv2
-
-        def dec(b):
-            img = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_UNCHANGED)
-            if img is None:
-                raise ValueError("undecodable image")
-            return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if img.ndim == 3 and img.shape[2] == 3 else img
-    except ImportError:
-        PIL = require("PIL.Image", "lerobot", "decoding parquet images (pip install pillow)")
-        import io
-
-        def dec(b):
-            return np.asarray(PIL.open(io.BytesIO(b)))
-    try:
-        imgs = [dec(r["bytes"]) for r in rows]
-    except Exception as e:
+        return decode_images([r["bytes"] for r in col.to_pylist()])
+    except ValueError as e:
         raise ReaderError(f"{where}: cannot decode image column '{name}': {e}") from e
-    out = np.stack(imgs)
-    return out[..., None] if out.ndim == 3 else out
 
 
 # ----------------------------------------------------------------------------

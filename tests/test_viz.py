@@ -1,5 +1,5 @@
 """robocache.viz on small synthetic data (Agg backend, no display), and examples/explore.ipynb
-executed top to bottom on the real GR00T PickNPlace set.
+executed top to bottom on the demo LeRobot set it writes itself.
 
 Each viz function must return a Figure with the expected axes and artists, draw into given
 axes, accept CPU and CUDA tensors, and refuse what it cannot draw with a message naming it.
@@ -502,15 +502,12 @@ def test_notebook_is_clean():
             "no IPython magics: the test runs the cells as plain Python"
 
 
-def test_notebook_runs_top_to_bottom(DATA, monkeypatch):
-    pytest.importorskip("pyarrow", reason="the notebook reads parquet: pip install robocache[lerobot]")
-    from robocache.readers import available_backends
-    if not available_backends():
-        pytest.skip("no video backend (PyAV, OpenCV or torchvision.io) to decode the ego-view videos")
-    if not (DATA / "groot_picknplace").is_dir() or not (DATA / "pointclouds" / "kitti_000008.bin").is_file():
-        pytest.skip(f"{DATA} lacks groot_picknplace/ or pointclouds/kitti_000008.bin")
-    monkeypatch.setenv("ROBOCACHE_DATA", str(DATA))
-    monkeypatch.chdir(NOTEBOOK.parent)  # where Jupyter runs it
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    """The notebook as a new user runs it: no data but what its first cell writes."""
+    pytest.importorskip("pyarrow", reason="the notebook reads parquet: pip install -e '.[lerobot]'")
+    pytest.importorskip("av", reason="the notebook writes its demo set's mp4 with PyAV")
+    monkeypatch.delenv("DATASET", raising=False)
+    monkeypatch.chdir(tmp_path)                     # where it writes demo_lerobot/
     nb = json.loads(NOTEBOOK.read_text())
     ns: dict = {"__name__": "__main__"}
     n = 0
@@ -519,10 +516,13 @@ def test_notebook_runs_top_to_bottom(DATA, monkeypatch):
             continue
         _run_cell("".join(cell["source"]), ns, f"{NOTEBOOK.name}[cell {i}]")
         n += 1
-    assert n >= 10
+    assert n >= 12
     # what the notebook claims, checked
     ds = ns["ds"]
-    assert len(ds) == 5 and ds.num_frames == 2096
-    assert ns["frames"].shape == (3, 16, 256, 256, 3)
-    assert ns["is_pad"].sum(1).tolist() == [0, 0, 7]  # episode 4 ends at 16.4 s
+    assert len(ds) == 8 and (tmp_path / "demo_lerobot" / "meta" / "info.json").is_file()
+    assert ns["frames"].shape == (3, 16, 96, 128, 3)
+    pad = ns["is_pad"].sum(1).tolist()
+    assert pad[:2] == [0, 0] and pad[2] > 0         # the third window starts 0.4 s before episode 4 ends
+    assert ns["batch"]["image"].shape == (16, 8, 3, 96, 128)
+    assert isinstance(ns["view"].figure, matplotlib.figure.Figure)
     assert len(plt.get_fignums()) >= 6

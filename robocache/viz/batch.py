@@ -104,7 +104,7 @@ def show_batch(batch: Mapping, keys: str | Sequence[str] | None = None, *, sampl
         arrays[k] = (x, p)
 
     # columns: the drawn steps of each image key, then one (wider) column per vector key
-    cols = []
+    cols: list[tuple[str, int | None]] = []
     for k, img in zip(keys, images):
         cols += [(k, t) for t in _pick(arrays[k][0].shape[1], int(steps))] if img else [(k, None)]
     widths = [1.0 if t is not None else 2.6 for _, t in cols]
@@ -140,8 +140,7 @@ def show_batch(batch: Mapping, keys: str | Sequence[str] | None = None, *, sampl
                         a.axvspan(s - 0.5, s + 0.5, color="0.8", zorder=0)
                 a.tick_params(labelsize=6)
                 if b == 0:
-                    npad = int(p.sum())
-                    a.set_title(f"{k} [{x.shape[1]} steps x {x.shape[2]}]" + (", grey: pad" if npad else ""),
+                    a.set_title(f"{k} [{x.shape[1]} steps x {x.shape[2]}]" + (", grey: pad" if p.any() else ""),
                                 fontsize=7)
         axes[b, 0].set_ylabel(_row_label(batch, b), fontsize=7, rotation=0, ha="right", va="center")
     npad = {k: int(arrays[k][1].sum()) for k in keys}

@@ -80,7 +80,7 @@ def _progress(iterable, total: int, desc: str):
     if total < 2 or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
         return iterable
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ModuleNotFoundError:
         return iterable
     return tqdm(iterable, total=total, desc=desc, leave=False)

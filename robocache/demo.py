@@ -119,7 +119,7 @@ def _render(q, grip, height: int, width: int, rng) -> np.ndarray:
     return (img + rng.normal(0, 3, img.shape)).clip(0, 255).astype(np.uint8)
 
 
-def _encoder(codec: str | None):
+def _encoder(codec: str | None) -> str:
     """The first video encoder PyAV has of: LeRobot's default AV1 (libsvtav1), H.264, MPEG-4 part 2."""
     import av
 
@@ -208,12 +208,13 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
         if not overwrite:
             raise FileExistsError(f"{root} exists and is not empty; pick a new folder or pass overwrite=True")
         shutil.rmtree(root)
-    codec = _encoder(codec)
+    encoder = _encoder(codec)
 
     rng = np.random.default_rng(seed)
-    rows = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index", "episode_index",
-                             "index", "task_index")}
-    frames, episodes = [], []
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index",
+                                                         "episode_index", "index", "task_index")}
+    frames: list[np.ndarray] = []
+    episodes: list[tuple[int, int, str]] = []          # (first row, length, task) per episode
     start = 0
     for e in range(int(num_episodes)):
         n = int(rng.uniform(4.0, 8.0) * fps)
@@ -230,7 +231,7 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
                      ("episode_index", np.full(n, e)), ("index", start + np.arange(n)),
                      ("task_index", np.full(n, task))):
             rows[k].append(v)
-        episodes.append({"episode_index": e, "tasks": [LEROBOT_TASKS[task]], "length": n, "start": start})
+        episodes.append((start, n, LEROBOT_TASKS[task]))
         start += n
     cols = {k: np.concatenate(v) for k, v in rows.items()}
     video = np.concatenate(frames)
@@ -250,21 +251,20 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     if quiet:
         os.environ["SVT_LOG"] = "1"
     try:
-        _encode(av, root / f"videos/{LEROBOT_CAMERA}/chunk-000/file-000.mp4", video, codec, int(fps))
+        _encode(av, root / f"videos/{LEROBOT_CAMERA}/chunk-000/file-000.mp4", video, encoder, int(fps))
     finally:
         if quiet:
             os.environ.pop("SVT_LOG", None)
 
     key = f"videos/{LEROBOT_CAMERA}"
     meta = []
-    for ep in episodes:
-        a, n = ep["start"], ep["length"]
+    for e, (a, n, task_text) in enumerate(episodes):
         sl = slice(a, a + n)
         stats = {"observation.state": _feature_stats(cols["observation.state"][sl]),
                  "action": _feature_stats(cols["action"][sl]), LEROBOT_CAMERA: _image_stats(video[sl][::4]),
                  **{k: _feature_stats(cols[k][sl]) for k in ("timestamp", "frame_index", "episode_index",
                                                                "index", "task_index")}}
-        meta.append({"episode_index": ep["episode_index"], "tasks": ep["tasks"], "length": n,
+        meta.append({"episode_index": e, "tasks": [task_text], "length": n,
                      "data/chunk_index": 0, "data/file_index": 0, "dataset_from_index": a,
                      "dataset_to_index": a + n, f"{key}/chunk_index": 0, f"{key}/file_index": 0,
                      f"{key}/from_timestamp": a / fps, f"{key}/to_timestamp": (a + n) / fps,
@@ -298,7 +298,8 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
             "observation.state": {"dtype": "float32", "shape": [7], "names": _JOINTS},
             "action": {"dtype": "float32", "shape": [7], "names": _JOINTS},
             LEROBOT_CAMERA: {"dtype": "video", "shape": [H, W, 3], "names": ["height", "width", "channel"],
-                             "info": {"video.height": H, "video.width": W, "video.codec": _CODEC_NAMES.get(codec, codec),
+                             "info": {"video.height": H, "video.width": W,
+                                      "video.codec": _CODEC_NAMES.get(encoder, encoder),
                                       "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": int(fps),
                                       "video.channels": 3, "has_audio": False}},
             "timestamp": scalar("float32"), "frame_index": scalar("int64"), "episode_index": scalar("int64"),
@@ -342,6 +343,7 @@ def setup_for(ds, generated: bool, image_size: int = 64, *, action: str | None =
     ``state`` name them; each stream keeps its own clock, a bag's too)."""
     from .loader import Window
 
+    image: str | None
     if generated:
         state, action, image = ["joints", "gripper"], "actions", "camera"
         # 4 states over the last 60 ms, linear over both clocks, fused into one key
@@ -392,8 +394,8 @@ def _torch():
 
 def make_policy(setup: Setup, d_model: int = 64, layers: int = 2, heads: int = 4):
     """A small transformer: [state tokens, image patch tokens, action queries] -> action chunk."""
-    torch = _torch()
-    nn = torch.nn
+    torch = _torch()                       # installed, or the error that says how to install it
+    from torch import nn                   # a module, so that mypy takes nn.Module as a base class
 
     class Policy(nn.Module):
         def __init__(self):
@@ -491,7 +493,7 @@ def _bar(total: int, enabled: bool):
     if not enabled:
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ImportError:
         return None
     return tqdm(total=total, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)

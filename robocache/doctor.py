@@ -54,7 +54,8 @@ class StreamCheck:
     type: str | None = None          # message type (bags)
     episodes: int = 0                # episodes with samples
     count: int = 0
-    rate_hz: float | None = None     # 1 / median interval
+    rate_hz: float | None = None     # 1 / median interval (bursty: the mean rate over the span)
+    median_interval_s: float | None = None
     rate_p10_hz: float | None = None
     rate_p90_hz: float | None = None
     longest_gap_s: float | None = None
@@ -273,7 +274,7 @@ def check_stream(name: str, pieces: list, *, kind: str = "continuous", feature_n
     pos = d[d > 0]
     if len(pos):
         med = float(np.median(pos))
-        s.rate_hz = 1.0 / med
+        s.rate_hz, s.median_interval_s = 1.0 / med, med
         # latched or event topics (/parameter_events, /rosout, /tf_static) publish in bursts: the median
         # interval is the burst's (4,627 Hz for 30 messages in 5 s); the mean over the span says how
         # often they really come
@@ -321,7 +322,7 @@ def check_episodes(report: Report, episodes: list[dict], *, kinds=None, feature_
             report.add("note", n, "constant", f"{len(s.constant)} constant feature{plural}: {shown}")
         if s.gaps and types.get(n) not in BOOKKEEPING_TYPES:   # logging topics are bursty by nature
             report.add("warning", n, "gap", f"{s.gaps} gaps longer than {s.gap_threshold_s:.3g} s "
-                       f"(longest {s.longest_gap_s:.3g} s; median interval {1 / s.rate_hz:.3g} s)")
+                       f"(longest {s.longest_gap_s:.3g} s; median interval {s.median_interval_s:.3g} s)")
         if s.non_monotonic:
             report.add("warning", n, "non_monotonic", f"{s.non_monotonic} timestamps go back in time")
         if s.duplicates:
@@ -477,8 +478,8 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
 
     try:
         info = _load_json(root / "meta" / "info.json")
-    except ReaderError as e:
-        report.add("error", root / "meta" / "info.json", "unreadable", str(e))
+    except ReaderError as err:
+        report.add("error", root / "meta" / "info.json", "unreadable", str(err))
         return
     fps = float(info.get("fps") or 0)
     version = str(info.get("codebase_version", ""))
@@ -491,8 +492,8 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
     chunks = int(info.get("chunks_size") or 1000)
     try:
         eps = {int(r["episode_index"]): r for r in _load_jsonl(root / "meta" / "episodes.jsonl")}
-    except (ReaderError, KeyError, ValueError) as e:
-        report.add("error", root / "meta" / "episodes.jsonl", "unreadable", str(e))
+    except (ReaderError, KeyError, ValueError) as err:
+        report.add("error", root / "meta" / "episodes.jsonl", "unreadable", str(err))
         return
     if info.get("total_episodes") is not None and int(info["total_episodes"]) != len(eps):
         report.add("warning", root / "meta" / "info.json", "meta_mismatch",
@@ -502,7 +503,8 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
         report.add("warning", root / "meta" / "info.json", "meta_mismatch",
                    f"total_frames is {info['total_frames']}, episodes.jsonl lengths sum to {total}")
     video_keys = [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"]
-    present, missing = [], {}
+    present: list[int] = []
+    missing: dict[str, list[int]] = {}    # "data" or a video key -> episodes without that file
     cameras: dict[str, list] = {}         # video key -> [(frames, fps)] per episode with a file
     off_grid_eps = []
     for e, row in sorted(eps.items()):
@@ -627,7 +629,8 @@ def _zarr_keys(report: Report, path):
     """Arrays to check: images (4-D) are left out, they would be decoded whole (PushT: 709 MB)."""
     try:
         import zarr
-        data = zarr.open(os.fspath(path), mode="r")["data"]
+        store: Any = zarr.open(os.fspath(path), mode="r")   # a Group (zarr 2 and 3 type it differently)
+        data = store["data"]
         keys = sorted(data.array_keys()) if hasattr(data, "array_keys") else sorted(data.keys())
         out = [k for k in keys if len(data[k].shape) < 4]
     except Exception:

@@ -109,7 +109,7 @@ def progress(iterable, total: int | None = None, desc: str = "", enable: bool | 
     if not progress_enabled(enable):
         return iterable
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ImportError:
         return iterable
     return tqdm(iterable, total=total, desc=desc, leave=False)

@@ -169,7 +169,7 @@ class EpisodeView:
     def widget(self):
         """An ipywidgets box: a play button and a time slider above the figure, redrawn on each move."""
         try:
-            import ipywidgets as widgets
+            import ipywidgets as widgets  # type: ignore[import-untyped]  # no stubs; optional
             from IPython.display import display
         except ImportError as e:
             raise ImportError('the slider needs ipywidgets: pip install ipywidgets (without it, '

@@ -67,6 +67,8 @@ def test_user_script_type_checks(tmp_path):
                        env={"MYPYPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     errors = [ln for ln in r.stdout.splitlines() if ": error:" in ln]
     assert not [e for e in errors if e.startswith(str(script))], "\n".join(errors)   # the user's own lines
+    if not (REPO / "robocache").is_dir():
+        return   # an installed copy (tools/test_installed.py): mypy reports nothing inside site-packages
     files = {Path(e.split(":")[0]).resolve().relative_to(REPO).as_posix() for e in errors
              if Path(e.split(":")[0]).resolve().is_relative_to(REPO)}
     new = sorted(files - PENDING)

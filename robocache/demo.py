@@ -11,7 +11,9 @@ frame, and a normalized action chunk of 16 steps with its ``action_is_pad`` mask
 trained with an MSE loss that skips padded steps. Prints samples/s of the loader alone and of
 the whole training step, and the loss at the start and at the end.
 
-Runs on the CPU when there is no GPU (``--device auto``).
+Runs on the CPU when there is no GPU (``--device auto``). ``--write-lerobot DIR`` (``write_lerobot``)
+writes the generated task to disk as a LeRobot v3.0 dataset instead, to train on with ``--lerobot DIR``
+or to try the LeRobot path on without downloading anything.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -128,6 +129,41 @@ To build CPU-only on purpose and silence this: ROBOCACHE_CUDA=0.
 """
 
 
+def visible_gpus() -> int:
+    """NVIDIA GPUs the driver lists on this machine (0 without a driver): a build without one makes
+    kernels for another machine, which is worth saying since it costs minutes."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def cuda_build_notice(n_files: int, archs, gpus: int) -> str:
+    """What the CUDA part of the build is about to do, how long it takes and how to skip it."""
+    lines = [f"robocache: compiling {n_files} CUDA files for {len(archs)} GPU architectures "
+             f"(sm_{', sm_'.join(archs)}): this takes minutes (~10 min for 6 architectures on a few "
+             "cores); each file is reported as it finishes."]
+    if gpus == 0:
+        lines.append("robocache: this machine has no NVIDIA GPU: to build without the CUDA kernels (~30 s), "
+                     "ROBOCACHE_CUDA=0 pip install ...; for one GPU generation, ROBOCACHE_CUDA_ARCHS=90.")
+    else:
+        lines.append("robocache: to build faster for this machine's GPU only: ROBOCACHE_CUDA_ARCHS=<its "
+                     "compute capability, e.g. 90>; to skip the CUDA kernels: ROBOCACHE_CUDA=0.")
+    return "\n".join(lines)
+
+
+def say(message: str) -> None:
+    """Print a build message. pip hides a build's output unless -v, so a build that takes minutes also
+    writes it to the terminal the user is watching, when there is one."""
+    print(message, flush=True)
+    if not sys.stdout.isatty():
+        try:
+            with open("/dev/tty", "w") as tty:
+                tty.write(message + "\n")
+        except OSError:
+            pass  # no terminal (CI, a batch job): the log has it
+
+
 class BuildExt(build_ext):
     def build_extensions(self):
         toolkit, why_not = find_toolkit()
@@ -169,6 +205,9 @@ class BuildExt(build_ext):
         out_dir = Path(self.build_temp) / "cuda"
         out_dir.mkdir(parents=True, exist_ok=True)
         sources = sorted((ROOT / "cuda").glob("*.cu"))
+        say(cuda_build_notice(len(sources), archs, visible_gpus()))
+        start = time.monotonic()
+        done = []
         flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
                  "-I", str(ROOT / "csrc"), *gencode_flags(archs)]
         cache = os.environ.get("ROBOCACHE_CUDA_CACHE", "").strip()
@@ -197,7 +236,11 @@ class BuildExt(build_ext):
                     return str(obj)
             cmd = [str(toolkit.nvcc), *flags, "-c", str(src), "-o", str(obj)]
             print(" ".join(cmd), flush=True)
+            t = time.monotonic()
             subprocess.run(cmd, check=True)
+            done.append(src)
+            say(f"robocache: [{len(done)}/{len(sources)}] {src.name} compiled in {time.monotonic() - t:.0f} s "
+                f"({time.monotonic() - start:.0f} s so far)")
             if cache:
                 tmp = cached.with_suffix(f".tmp{os.getpid()}")
                 shutil.copyfile(obj, tmp)

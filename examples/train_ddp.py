@@ -2,6 +2,7 @@
 
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --steps 200
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --video --no-shard-episodes
+    python examples/train_ddp.py --steps 20     # without torchrun: one process (says so)
 
 Each rank loads the dataset on the CPU and hands it to ``robocache.DataLoader`` with its GPU as
 ``device``. With ``--shard-episodes`` (default) each rank reads, decodes and holds only its own
@@ -32,6 +33,14 @@ import train_groot_style as groot  # noqa: E402  (Policy, masked_mse, windows, l
 import robocache  # noqa: E402
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=groot.default_data())
@@ -44,10 +53,17 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", type=Path, help="rank 0 writes a summary here")
     args = ap.parse_args(argv)
+    groot.check_data(ap, args.data)
 
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(backend)
+    if "RANK" not in os.environ:
+        # run plainly (python examples/train_ddp.py): one process, a group of one, same code path
+        print("not started by torchrun: training on one process. For N GPUs: "
+              "torchrun --standalone --nproc_per_node=N examples/train_ddp.py", file=sys.stderr)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    else:
+        dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", rank))
     if cuda:

@@ -45,6 +45,15 @@ def default_data() -> Path:
     return base / "groot_picknplace"
 
 
+def check_data(parser, path: Path) -> None:
+    """A missing --data folder is a usage error saying where the set comes from, not a traceback."""
+    if not Path(path).is_dir():
+        parser.error(f"--data {path}: no such folder. This example trains on GR00T's PickNPlace demo set: "
+                     "git clone --depth 1 https://github.com/NVIDIA/Isaac-GR00T and pass "
+                     "--data Isaac-GR00T/demo_data/robot_sim.PickNPlace (or set ROBOCACHE_DATA to a folder "
+                     "holding it as groot_picknplace/)")
+
+
 def load_dataset(path, video: bool = True, device="cpu", shard_episodes=False) -> robocache.Dataset:
     """The PickNPlace set as a robocache Dataset (``video=False`` skips decoding the mp4s;
     ``shard_episodes=True``: only this torch.distributed rank's episodes are read)."""
@@ -162,6 +171,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-workers", type=int, default=0, help="torch loader only")
     args = ap.parse_args(argv)
+    check_data(ap, args.data)
 
     t = time.perf_counter()
     # robocache makes batches where the data lives; the torch baseline reads host arrays

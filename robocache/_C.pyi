@@ -20,6 +20,12 @@ def resample(values: Any, times: Any, new_times: Any, *, mode: Mode = "linear",
              out: Any | None = None, return_mask: Literal[True],
              tolerance: float = 1e-4, check: bool | None = None,
              stream: Any | None = None) -> tuple[Any, Any]: ...
+@overload   # a mode or return_mask only known at run time (a config's str, a bool variable)
+def resample(values: Any, times: Any, new_times: Any, *, mode: str = "linear",
+             offsets: Any | None = None, index: Any | None = None, lengths: Any | None = None,
+             out: Any | None = None, return_mask: bool = False,
+             tolerance: float = 1e-4, check: bool | None = None,
+             stream: Any | None = None) -> Any: ...
 VoxelMode = Literal["occupancy", "count", "sum", "mean", "max"]
 
 @overload
@@ -36,6 +42,13 @@ def voxelize(points: Any, *, features: Any | None = None, lengths: Any | None = 
              mode: VoxelMode = "occupancy", dtype: Any | None = None, out: Any | None = None,
              deterministic: bool = True, return_dropped: Literal[True],
              check: bool | None = None, stream: Any | None = None) -> tuple[Any, Any]: ...
+@overload   # mode or return_dropped only known at run time
+def voxelize(points: Any, *, features: Any | None = None, lengths: Any | None = None,
+             offsets: Any | None = None, grid: int | tuple[int, int, int],
+             voxel_size: float | tuple[float, float, float], origin: tuple[float, float, float],
+             mode: str = "occupancy", dtype: Any | None = None, out: Any | None = None,
+             deterministic: bool = True, return_dropped: bool = False,
+             check: bool | None = None, stream: Any | None = None) -> Any: ...
 Stream = tuple[Any, Any] | tuple[Any, Any, Any]  # (values, times) or ragged (values, times, offsets)
 
 @overload
@@ -50,6 +63,12 @@ def fuse(streams: list[Stream] | tuple[Stream, ...] | dict[Any, Stream], new_tim
          index: Any | None = None, out: Any | None = None, return_mask: Literal[True],
          tolerance: float = 1e-4, check: bool | None = None,
          stream: Any | None = None) -> tuple[Any, Any]: ...
+@overload   # modes or return_mask only known at run time
+def fuse(streams: list[Stream] | tuple[Stream, ...] | dict[Any, Stream], new_times: Any, *,
+         modes: str | list[str] | tuple[str, ...] | dict[Any, str] | None = None,
+         index: Any | None = None, out: Any | None = None, return_mask: bool = False,
+         tolerance: float = 1e-4, check: bool | None = None,
+         stream: Any | None = None) -> Any: ...
 FrameFormat = Literal["rgb", "yuv420"]
 ColorMatrix = Literal["bt601", "bt709", "bt2020"]
 

@@ -14,10 +14,11 @@ from ._C import voxelize
 from ._C import fuse
 from .dataset import Dataset, Stream  # torch is imported inside, on first use
 from .loader import DataLoader, Window  # likewise
+from . import viz  # matplotlib is imported when a viz function is called
 
 __version__ = _C.__version__
 __all__ = ["CPUOnlyBuildWarning", "CudaError", "DataLoader", "Dataset", "Stream", "Window", "build_info",
-           "cuda_available", "fuse", "get_num_threads", "resample", "set_num_threads", "voxelize"]
+           "cuda_available", "fuse", "get_num_threads", "resample", "set_num_threads", "viz", "voxelize"]
 
 
 def build_info() -> dict:

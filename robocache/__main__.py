@@ -1,7 +1,8 @@
 """Command line: ``python -m robocache info | demo | bench``.
 
 info   build facts (version, CUDA compiled in, archs), the CUDA devices seen, library versions
-demo   the main job: a multi-rate dataset through the DataLoader into a small policy (``demo --help``)
+demo   the main job: a multi-rate dataset through the DataLoader into a small policy (``demo --help``);
+       ``demo --write-lerobot DIR`` writes the same task as a LeRobot v3.0 dataset
 bench  the op benchmarks as a table (see robocache/bench/; ``bench --help``)
 doctor a source's rates, gaps, clock and file defects: bags, LeRobot, zarr, robomimic (``doctor --help``)
 cache  the decoded-frame cache: ``cache list``, ``cache clear (--all | NAME...)``, ``cache dir``

@@ -14,14 +14,22 @@ class ReaderError(ValueError):
     """A source file is missing, corrupt, truncated or inconsistent. The message names the file."""
 
 
+def install_hint(extra: str) -> str:
+    """The commands that install an extra, from a package index and from a checkout (robocache is
+    not on PyPI yet, so the second is the one that works for most users)."""
+    return f'pip install "robocache[{extra}]", or from a checkout of robocache: pip install -e ".[{extra}]"'
+
+
 def require(module: str, extra: str | None = None, what: str = "this reader"):
     """Import an optional dependency or raise ImportError naming the extra to install."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
         extra = extra or EXTRAS.get(module, module)
-        raise ImportError(f"{what} needs the optional dependency '{module}': pip install robocache[{extra}]"
-                          f" (or pip install {module})") from e
+        top = module.split(".")[0]
+        pip_name = {"PIL": "pillow", "cv2": "opencv-python"}.get(top, top)
+        raise ImportError(f"{what} needs the optional dependency '{module}': {install_hint(extra)} "
+                          f"(or only it: pip install {pip_name})") from e
 
 
 def progress_enabled(enable: bool | None) -> bool:
@@ -36,7 +44,7 @@ def progress(iterable, total: int | None = None, desc: str = "", enable: bool | 
     if not progress_enabled(enable):
         return iterable
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ImportError:
         return iterable
     return tqdm(iterable, total=total, desc=desc, leave=False)
@@ -47,7 +55,7 @@ def progress_bar(total: int, desc: str, enable: bool | None, unit: str = "frame"
     if not progress_enabled(enable):
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ImportError:
         return None
     return tqdm(total=total, desc=desc or "decoding", unit=unit, unit_scale=False, leave=False, smoothing=0.1)

@@ -143,7 +143,7 @@ def _progress(iterable, total: int, desc: str):
     if total < 2 or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
         return iterable
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ModuleNotFoundError:
         return iterable
     return tqdm(iterable, total=total, desc=desc, leave=False)
@@ -1556,8 +1556,9 @@ class Dataset:
         ids = self.episode_index
         if ids.size and not np.array_equal(ids, np.arange(ids.size)):     # the source's numbers
             src += f"episodes [{', '.join(map(str, ids[:8]))}{', ...' if ids.size > 8 else ''}], "
-        return (f"Dataset({src}{len(self)} episodes, {len(self.streams)} streams, {self.num_frames} frames, "
-                f"{_fmt_seconds(self.duration)}, {_fmt_bytes(self.nbytes)}, device {self.device})")
+        return (f"Dataset({src}{_count(len(self), 'episode')}, {_count(len(self.streams), 'stream')}, "
+                f"{_count(self.num_frames, 'frame')}, {_fmt_seconds(self.duration)}, {_fmt_bytes(self.nbytes)}, "
+                f"device {self.device})")
 
     def __repr__(self) -> str:
         rows = [s._summary() for s in self.streams.values()]
@@ -1566,24 +1567,38 @@ class Dataset:
         cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
                 "storage")
         left = ("name", "kind", "dtype", "shape", "mode", "storage")
-        width = {c: max(len(str(r[c])) for r in rows) for c in cols}
+        heads = dict(zip(cols, _COLUMN_HEADS))
+        width = {c: max(len(str(r[c])) for r in rows + [heads]) for c in cols}
         cell = lambda r, c: str(r[c]).ljust(width[c]) if c in left else str(r[c]).rjust(width[c])
-        return "\n".join([self._header()] + ["  " + "  ".join(cell(r, c) for c in cols) for r in rows])
+        lines = ["  " + "  ".join(cell(r, c) for c in cols).rstrip() for r in [heads] + rows]
+        return "\n".join([self._header()] + lines)
 
     def _repr_html_(self) -> str:
         esc = lambda x: html.escape(str(x))
         cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
                 "storage")
-        head = "".join(f"<th>{c}</th>" for c in cols)
+        head = "".join(f"<th>{c}</th>" for c in _COLUMN_HEADS)
         body = "".join("<tr>" + "".join(f"<td>{esc(s._summary()[c])}</td>" for c in cols) + "</tr>"
                        for s in self.streams.values())
-        totals = (("episodes", len(self)), ("frames", self.num_frames), ("duration", _fmt_seconds(self.duration)),
-                  ("memory", _fmt_bytes(self.nbytes)), ("device", self.device))
+        totals = (("episode" if len(self) == 1 else "episodes", len(self)),
+                  ("frame" if self.num_frames == 1 else "frames", self.num_frames),
+                  ("duration", _fmt_seconds(self.duration)), ("memory", _fmt_bytes(self.nbytes)),
+                  ("device", self.device))
         tot = " &middot; ".join(f"<b>{esc(v)}</b> {k}" for k, v in totals)
         src = f"<code>{esc(self.source)}</code><br>" if self.source else ""
-        tasks = f"<br>{len(self.tasks)} tasks" if self.tasks else ""
+        tasks = f"<br>{_count(len(self.tasks), 'task')}" if self.tasks else ""
         return (f"<div class='robocache-dataset'><b>robocache.Dataset</b> {src}{tot}{tasks}"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+
+
+#: the column titles of Dataset's repr and _repr_html_, in _summary's order
+_COLUMN_HEADS = ("stream", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
+                 "storage")
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 episode', '2 episodes'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class FramesView:
@@ -1600,4 +1615,4 @@ class FramesView:
         return self.dataset[i]
 
     def __repr__(self) -> str:
-        return f"FramesView({len(self)} frames of {self.dataset.anchor!r}, {len(self.dataset)} episodes)"
+        return f"FramesView({_count(len(self), 'frame')} of {self.dataset.anchor!r}, {_count(len(self.dataset), 'episode')})"

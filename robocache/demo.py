@@ -11,13 +11,16 @@ frame, and a normalized action chunk of 16 steps with its ``action_is_pad`` mask
 trained with an MSE loss that skips padded steps. Prints samples/s of the loader alone and of
 the whole training step, and the loss at the start and at the end.
 
-Runs on the CPU when there is no GPU (``--device auto``).
+Runs on the CPU when there is no GPU (``--device auto``). ``--write-lerobot DIR`` (``write_lerobot``)
+writes the generated task to disk as a LeRobot v3.0 dataset instead, to train on with ``--lerobot DIR``
+or to try the LeRobot path on without downloading anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -91,6 +94,223 @@ def generate(num_episodes: int = 64, seed: int = 0, *, device=None):
 
 
 # --------------------------------------------------------------------------------------------
+# the same task written to disk as a LeRobot v3.0 dataset (what a user's own set looks like)
+
+LEROBOT_TASKS = ["reach the red square", "reach the red square and close the gripper", "follow the target"]
+LEROBOT_CAMERA = "observation.images.top"
+_JOINTS = [f"joint_{i}" for i in range(6)] + ["gripper"]
+
+
+def _render(q, grip, height: int, width: int, rng) -> np.ndarray:
+    """Camera frames [n, H, W, 3] uint8 of a top view: a grey table, a fixed red target square and
+    the end effector as a disk at a position given by joints 0-1, green when the gripper is open,
+    blue when closed, plus sensor noise."""
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    n = q.shape[0]
+    img = np.empty((n, height, width, 3), np.float32)
+    img[:] = np.array([150.0, 140.0, 120.0]) + 30 * (yy / height)[..., None]             # table, lit from below
+    ty, tx = int(0.3 * height), int(0.7 * width)
+    r = max(2, height // 12)
+    img[:, ty - r:ty + r, tx - r:tx + r] = (200.0, 40.0, 40.0)                           # the target
+    cy = height / 2 + 0.4 * height * np.tanh(q[:, 0])
+    cx = width / 2 + 0.4 * width * np.tanh(q[:, 1])
+    disk = ((yy - cy[:, None, None]) ** 2 + (xx - cx[:, None, None]) ** 2) < (1.5 * r) ** 2
+    g = grip[:, None, None, None]
+    color = (1 - g) * np.array([40.0, 190.0, 60.0]) + g * np.array([40.0, 60.0, 200.0])  # open -> closed
+    img = np.where(disk[..., None], color, img)
+    return (img + rng.normal(0, 3, img.shape)).clip(0, 255).astype(np.uint8)
+
+
+def _encoder(codec: str | None) -> str:
+    """The first video encoder PyAV has of: LeRobot's default AV1 (libsvtav1), H.264, MPEG-4 part 2."""
+    import av
+
+    for name in ([codec] if codec else ["libsvtav1", "libx264", "mpeg4"]):
+        try:
+            av.codec.Codec(name, "w")
+            return name
+        except Exception:  # noqa: BLE001 - PyAV raises UnknownCodecError or ValueError by version
+            if codec:
+                raise ValueError(f"codec={codec!r}: this PyAV ({av.__version__}) has no such encoder") from None
+    raise RuntimeError("PyAV has none of the encoders libsvtav1, libx264, mpeg4")
+
+
+def _feature_stats(x: np.ndarray) -> dict:
+    """LeRobot's per-feature statistics of rows x [n, D] (or [n] for scalars)."""
+    x = x.reshape(x.shape[0], -1).astype(np.float64)
+    q = {f"q{k:02d}": np.quantile(x, k / 100, axis=0).tolist() for k in (1, 10, 50, 90, 99)}
+    return {"min": x.min(0).tolist(), "max": x.max(0).tolist(), "mean": x.mean(0).tolist(),
+            "std": x.std(0).tolist(), "count": [int(x.shape[0])], **q}
+
+
+def _image_stats(frames: np.ndarray) -> dict:
+    """LeRobot's image statistics: per channel, values in [0, 1], shaped [3, 1, 1]."""
+    x = frames.reshape(-1, 3).astype(np.float64) / 255.0
+    st = _feature_stats(x)
+    st = {k: (v if k == "count" else [[[c]] for c in v]) for k, v in st.items()}
+    st["count"] = [int(frames.shape[0])]
+    return st
+
+
+_CODEC_NAMES = {"libsvtav1": "av1", "libx264": "h264"}   # info.json names the format, not the encoder
+
+
+def _encode(av, path, video: np.ndarray, codec: str, fps: int) -> None:
+    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0."""
+    from fractions import Fraction
+
+    H, W = video.shape[1:3]
+    with av.open(str(path), "w") as out:
+        opts = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
+        s = out.add_stream(codec, rate=fps, options=opts)
+        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+        s.codec_context.time_base = Fraction(1, fps)
+        for i, img in enumerate(video):
+            f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            f.pts, f.time_base = i, Fraction(1, fps)
+            out.mux(s.encode(f))
+        out.mux(s.encode())
+
+
+def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, image_size=(96, 128),
+                  codec: str | None = None, overwrite: bool = False):
+    """Write a small LeRobot **v3.0** dataset of the demo task to ``path`` and return the path.
+
+    The layout is what LeRobot 0.4 writes (``meta/info.json`` codebase_version v3.0,
+    ``meta/episodes/chunk-000/file-000.parquet``, ``meta/tasks.parquet``, ``meta/stats.json``,
+    ``data/chunk-000/file-000.parquet`` and ``videos/observation.images.top/chunk-000/file-000.mp4``
+    holding every episode back to back), so ``Dataset.from_lerobot(path)`` and LeRobot's own
+    ``LeRobotDataset`` read it as they read a set from the Hub. Episodes of 4-8 s at ``fps``:
+    ``observation.state`` float32 [7] (6 joints + gripper), ``action`` float32 [7] (the joint targets
+    and the gripper command 0.2 s ahead), a ``observation.images.top`` camera (H, W = ``image_size``)
+    encoded with PyAV (AV1 as LeRobot does, else H.264), one of three tasks per episode.
+
+    Needs pyarrow and PyAV (``pip install "robocache[lerobot]"``, or ``pip install -e ".[lerobot]"`` from a
+    checkout). ``path`` must not exist, or be empty, unless ``overwrite=True``.
+    """
+    import json
+    import shutil
+    from pathlib import Path
+
+    from .readers._common import require
+
+    what = "writing the demo LeRobot dataset"
+    pa = require("pyarrow", "lerobot", what)
+    pq = require("pyarrow.parquet", "lerobot", what)
+    av = require("av", "lerobot", what)
+    if isinstance(num_episodes, bool) or not isinstance(num_episodes, (int, np.integer)) or num_episodes < 1:
+        raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}")
+    if isinstance(fps, bool) or not isinstance(fps, (int, np.integer)) or not 1 <= fps <= 240:
+        raise ValueError(f"fps must be an int in 1..240 (LeRobot's fps is a whole number), got {fps!r}")
+    H, W = (int(v) for v in image_size)
+    if H < 16 or W < 16 or H % 2 or W % 2:
+        raise ValueError(f"image_size must be (height, width), even and >= 16 (yuv420p), got {image_size!r}")
+    root = Path(path)
+    if root.exists() and any(root.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{root} exists and is not empty; pick a new folder or pass overwrite=True")
+        shutil.rmtree(root)
+    encoder = _encoder(codec)
+
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index",
+                                                         "episode_index", "index", "task_index")}
+    frames: list[np.ndarray] = []
+    episodes: list[tuple[int, int, str]] = []          # (first row, length, task) per episode
+    start = 0
+    for e in range(int(num_episodes)):
+        n = int(rng.uniform(4.0, 8.0) * fps)
+        t = np.arange(n) / fps                                          # LeRobot's frame_index / fps
+        joints = _sines(rng, 6)
+        grip_f = _sines(rng, 1, n_terms=1)
+        gripper = lambda tt: (0.5 + 0.5 * np.tanh(3 * grip_f(tt)))[:, 0]  # noqa: E731 - [n] in [0, 1]
+        state = np.concatenate([joints(t), gripper(t)[:, None]], 1) + rng.normal(0, 0.005, (n, 7))
+        action = np.concatenate([joints(t + 0.2), (gripper(t + 0.2) > 0.5)[:, None]], 1)
+        task = e % len(LEROBOT_TASKS)
+        frames.append(_render(state[:, :6], gripper(t), H, W, rng))
+        for k, v in (("observation.state", state.astype(np.float32)), ("action", action.astype(np.float32)),
+                     ("timestamp", t.astype(np.float32)), ("frame_index", np.arange(n)),
+                     ("episode_index", np.full(n, e)), ("index", start + np.arange(n)),
+                     ("task_index", np.full(n, task))):
+            rows[k].append(v)
+        episodes.append((start, n, LEROBOT_TASKS[task]))
+        start += n
+    cols = {k: np.concatenate(v) for k, v in rows.items()}
+    video = np.concatenate(frames)
+
+    for sub in ("meta/episodes/chunk-000", "data/chunk-000", f"videos/{LEROBOT_CAMERA}/chunk-000"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    vector = lambda a: pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), a.shape[1])  # noqa: E731
+    pq.write_table(pa.table({
+        "observation.state": vector(cols["observation.state"]), "action": vector(cols["action"]),
+        "timestamp": cols["timestamp"], **{k: cols[k].astype(np.int64) for k in
+                                           ("frame_index", "episode_index", "index", "task_index")}}),
+        root / "data/chunk-000/file-000.parquet")
+
+    # the video: every episode back to back, one frame per 1/fps (the episodes' spans in meta)
+    # SVT-AV1 prints its banner and settings to fd 2 unless told otherwise (1: errors only)
+    quiet = "SVT_LOG" not in os.environ
+    if quiet:
+        os.environ["SVT_LOG"] = "1"
+    try:
+        _encode(av, root / f"videos/{LEROBOT_CAMERA}/chunk-000/file-000.mp4", video, encoder, int(fps))
+    finally:
+        if quiet:
+            os.environ.pop("SVT_LOG", None)
+
+    key = f"videos/{LEROBOT_CAMERA}"
+    meta = []
+    for e, (a, n, task_text) in enumerate(episodes):
+        sl = slice(a, a + n)
+        stats = {"observation.state": _feature_stats(cols["observation.state"][sl]),
+                 "action": _feature_stats(cols["action"][sl]), LEROBOT_CAMERA: _image_stats(video[sl][::4]),
+                 **{k: _feature_stats(cols[k][sl]) for k in ("timestamp", "frame_index", "episode_index",
+                                                               "index", "task_index")}}
+        meta.append({"episode_index": e, "tasks": [task_text], "length": n,
+                     "data/chunk_index": 0, "data/file_index": 0, "dataset_from_index": a,
+                     "dataset_to_index": a + n, f"{key}/chunk_index": 0, f"{key}/file_index": 0,
+                     f"{key}/from_timestamp": a / fps, f"{key}/to_timestamp": (a + n) / fps,
+                     **{f"stats/{f}/{k}": v for f, st in stats.items() for k, v in st.items()},
+                     "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
+    pq.write_table(pa.Table.from_pylist(meta), root / "meta/episodes/chunk-000/file-000.parquet")
+    # as LeRobot writes it through pandas: the task string is the (named-less) index
+    pandas_meta = {"index_columns": ["__index_level_0__"], "column_indexes": [], "columns": [
+        {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+         "metadata": None},
+        {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object",
+         "metadata": None}], "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__}}
+    tasks = pa.table({"task_index": pa.array(range(len(LEROBOT_TASKS)), pa.int64()),
+                      "__index_level_0__": pa.array(LEROBOT_TASKS, pa.large_string())})
+    pq.write_table(tasks.replace_schema_metadata({"pandas": json.dumps(pandas_meta)}), root / "meta/tasks.parquet")
+
+    stats = {"observation.state": _feature_stats(cols["observation.state"]), "action": _feature_stats(cols["action"]),
+             LEROBOT_CAMERA: _image_stats(video[::4]),
+             **{k: _feature_stats(cols[k]) for k in ("timestamp", "frame_index", "episode_index", "index",
+                                                     "task_index")}}
+    (root / "meta/stats.json").write_text(json.dumps(stats, indent=4))
+    scalar = lambda dtype: {"dtype": dtype, "shape": [1], "names": None}  # noqa: E731
+    info = {
+        "codebase_version": "v3.0", "robot_type": "robocache_demo_arm", "total_episodes": len(episodes),
+        "total_frames": int(start), "total_tasks": len(LEROBOT_TASKS), "chunks_size": 1000,
+        "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": int(fps),
+        "splits": {"train": f"0:{len(episodes)}"},
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "features": {
+            "observation.state": {"dtype": "float32", "shape": [7], "names": _JOINTS},
+            "action": {"dtype": "float32", "shape": [7], "names": _JOINTS},
+            LEROBOT_CAMERA: {"dtype": "video", "shape": [H, W, 3], "names": ["height", "width", "channel"],
+                             "info": {"video.height": H, "video.width": W,
+                                      "video.codec": _CODEC_NAMES.get(encoder, encoder),
+                                      "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": int(fps),
+                                      "video.channels": 3, "has_audio": False}},
+            "timestamp": scalar("float32"), "frame_index": scalar("int64"), "episode_index": scalar("int64"),
+            "index": scalar("int64"), "task_index": scalar("int64")}}
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    return root
+
+
+# --------------------------------------------------------------------------------------------
 # which windows to read from a dataset
 
 
@@ -125,6 +345,7 @@ def setup_for(ds, generated: bool, image_size: int = 64, *, action: str | None =
     ``state`` name them; each stream keeps its own clock, a bag's too)."""
     from .loader import Window
 
+    image: str | None
     if generated:
         state, action, image = ["joints", "gripper"], "actions", "camera"
         # 4 states over the last 60 ms, linear over both clocks, fused into one key
@@ -175,8 +396,8 @@ def _torch():
 
 def make_policy(setup: Setup, d_model: int = 64, layers: int = 2, heads: int = 4):
     """A small transformer: [state tokens, image patch tokens, action queries] -> action chunk."""
-    torch = _torch()
-    nn = torch.nn
+    torch = _torch()                       # installed, or the error that says how to install it
+    from torch import nn                   # a module, so that mypy takes nn.Module as a base class
 
     class Policy(nn.Module):
         def __init__(self):
@@ -230,6 +451,14 @@ def _device(name: str):
     return torch.device(name)
 
 
+def _int_list(text: str) -> list[int]:
+    """``--episodes`` items: ints, also comma-separated (``0,1,2``, as the reader's messages print them)."""
+    try:
+        return [int(x) for x in text.strip("[]").split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected episode numbers like 0 1 2 or 0,1,2, got {text!r}") from None
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="python -m robocache demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,8 +474,17 @@ def _parser():
     p.add_argument("--batch-size", type=int, default=None, help="default 32 on CPU, 256 on GPU")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--episodes", type=int, default=64, help="generated episodes (default 64)")
+    p.add_argument("--episodes", metavar="N", nargs="+", type=_int_list,
+                   help="generated (and --write-lerobot): how many episodes (default 64; 8 for --write-lerobot); "
+                        "--lerobot: which episode indices to load (e.g. --episodes 0 1 2 or 0,1,2; default all)")
+    p.add_argument("--missing-files", choices=["error", "skip"], default="error",
+                   help="LeRobot: episodes whose files are missing stop the load (error, default) or are "
+                        "skipped with a warning (skip)")
     p.add_argument("--no-video", action="store_true", help="LeRobot: leave the videos out")
+    p.add_argument("--write-lerobot", metavar="DIR",
+                   help="write the generated task as a LeRobot v3.0 dataset (parquet + mp4) to DIR and stop; "
+                        "then train on it with --lerobot DIR")
+    p.add_argument("--overwrite", action="store_true", help="--write-lerobot: replace DIR when it is not empty")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--no-progress", action="store_true", help="periodic lines instead of a progress bar")
     return p
@@ -257,7 +495,7 @@ def _bar(total: int, enabled: bool):
     if not enabled:
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
     except ImportError:
         return None
     return tqdm(total=total, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
@@ -265,12 +503,32 @@ def _bar(total: int, enabled: bool):
 
 def run(argv=None, *, out=print) -> dict:
     """Run the demo; returns ``{"loss_first", "loss_last", "losses", "loader_samples_per_s",
-    "step_samples_per_s", "steps", "batch_size", "device", "source"}``."""
+    "step_samples_per_s", "steps", "batch_size", "device", "source"}`` (with ``--write-lerobot``:
+    ``{"source", "written"}``, the folder written)."""
     torch = _torch()
     import robocache
     from .loader import DataLoader
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.episodes is not None:                      # each item is a list (``0,1,2``): one flat list
+        args.episodes = [e for item in args.episodes for e in item]
+    if args.episodes is not None and not args.lerobot and len(args.episodes) != 1:
+        parser.error(f"--episodes: a count of generated episodes, got {args.episodes} (a list is for --lerobot)")
+    count = args.episodes[0] if args.episodes and not args.lerobot else None
+    if count is not None and count < 1:
+        parser.error(f"--episodes: a count >= 1, got {count}")
+    if args.write_lerobot:
+        if args.lerobot or args.robomimic or args.zarr or args.rosbag:
+            parser.error("--write-lerobot writes the generated task: it takes no --lerobot/--robomimic/--zarr/--rosbag")
+        try:
+            path = write_lerobot(args.write_lerobot, count or 8, args.seed, overwrite=args.overwrite)
+        except FileExistsError:
+            parser.error(f"--write-lerobot {args.write_lerobot}: the folder exists and is not empty; "
+                         "give a new one, or --overwrite to replace it")
+        out(f"wrote a LeRobot v3.0 dataset of {count or 8} episodes to {path}; "
+            f"train on it: python -m robocache demo --lerobot {path}")
+        return {"source": str(path), "written": str(path)}
     dev = _device(args.device)
     cuda = dev.type == "cuda"
     steps = args.steps if args.steps is not None else (2000 if cuda else 1000)
@@ -288,7 +546,8 @@ def run(argv=None, *, out=print) -> dict:
             from .readers import available_backends
             video = not args.no_video and bool(available_backends())
             ds = robocache.Dataset.from_lerobot(args.lerobot, load_video=video, video_resize=(64, 64) if video else None,
-                                                device=dev)
+                                                device=dev, episodes=args.episodes,
+                                                missing_files=args.missing_files)
         elif args.robomimic:
             ds = robocache.Dataset.from_robomimic(args.robomimic, device=dev)
         elif args.zarr:
@@ -296,7 +555,7 @@ def run(argv=None, *, out=print) -> dict:
         elif args.rosbag:
             ds = robocache.Dataset.from_rosbag(args.rosbag, device=dev)
         else:
-            ds = generate(args.episodes, args.seed, device=dev)
+            ds = generate(count or 64, args.seed, device=dev)
         setup = setup_for(ds, generated=not (args.lerobot or args.robomimic or args.zarr or args.rosbag),
                           action=args.action, state=args.state)
         loader = DataLoader(ds, batch_size=batch_size, shuffle=True, drop_last=True, seed=args.seed,
@@ -380,8 +639,20 @@ def run(argv=None, *, out=print) -> dict:
 
 
 def main(argv=None) -> int:
-    res = run(argv)
-    return 0 if math.isfinite(res["loss_last"]) else 1
+    """The command: a source that cannot be read (a missing or corrupt file, a missing optional
+    dependency) is a message and exit status 2, not a traceback."""
+    from .readers import ReaderError
+
+    try:
+        res = run(argv)
+    except (ReaderError, ImportError) as e:
+        msg = str(e)
+        if "missing_files=" in msg:     # the reader speaks Python; say it as this command's options
+            msg += ("\n(on this command line: --episodes 0 1 2 ... loads those episodes, "
+                    "--missing-files skip skips the incomplete ones)")
+        print(f"python -m robocache demo: error: {msg}", file=sys.stderr)
+        return 2
+    return 0 if "written" in res or math.isfinite(res["loss_last"]) else 1
 
 
 if __name__ == "__main__":

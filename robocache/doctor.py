@@ -54,7 +54,8 @@ class StreamCheck:
     type: str | None = None          # message type (bags)
     episodes: int = 0                # episodes with samples
     count: int = 0
-    rate_hz: float | None = None     # 1 / median interval
+    rate_hz: float | None = None     # 1 / median interval (bursty: the mean rate over the span)
+    median_interval_s: float | None = None
     rate_p10_hz: float | None = None
     rate_p90_hz: float | None = None
     longest_gap_s: float | None = None
@@ -70,6 +71,7 @@ class StreamCheck:
     offset_ms: float | None = None   # bags: median log - header time
     zero_stamps: int = 0
     sim_time: bool = False
+    bursty: bool = False             # messages come in bursts: rate_hz is the mean over the span
 
 
 @dataclass
@@ -118,6 +120,8 @@ class Report:
         issues = [f"{n} {what}" for n, what in counts if n]
         if s.sim_time:
             issues.append("sim time")
+        if s.bursty:
+            issues.append("bursty (mean rate)")
         return {"stream": s.name, "type": _short_type(s.type) if s.type else s.kind, "eps": str(s.episodes),
                 "count": str(s.count), "rate Hz": _rate(s.rate_hz),
                 "p10-p90 Hz": "-" if s.rate_p10_hz is None else f"{_rate(s.rate_p10_hz)}-{_rate(s.rate_p90_hz)}",
@@ -216,6 +220,10 @@ def _seconds(t: np.ndarray) -> np.ndarray:
     return t.astype(np.float64) - float(t[0])
 
 
+#: a stream whose median-interval rate is this many times its mean rate over its span is bursty
+BURST_FACTOR = 10.0
+
+
 def check_stream(name: str, pieces: list, *, kind: str = "continuous", feature_names=None, gap=None,
                  gap_factor: float = 5.0) -> StreamCheck:
     """Measure one stream from its per-episode ``(values, times)`` (None where absent)."""
@@ -266,7 +274,13 @@ def check_stream(name: str, pieces: list, *, kind: str = "continuous", feature_n
     pos = d[d > 0]
     if len(pos):
         med = float(np.median(pos))
-        s.rate_hz = 1.0 / med
+        s.rate_hz, s.median_interval_s = 1.0 / med, med
+        # latched or event topics (/parameter_events, /rosout, /tf_static) publish in bursts: the median
+        # interval is the burst's (4,627 Hz for 30 messages in 5 s); the mean over the span says how
+        # often they really come
+        mean_rate = len(pos) / float(pos.sum())
+        if s.rate_hz > BURST_FACTOR * mean_rate:
+            s.bursty, s.rate_hz = True, mean_rate
         p10, p90 = np.percentile(pos, [10, 90])
         s.rate_p10_hz, s.rate_p90_hz = 1.0 / float(p90), 1.0 / float(p10)
         s.longest_gap_s = float(pos.max())
@@ -304,10 +318,11 @@ def check_episodes(report: Report, episodes: list[dict], *, kinds=None, feature_
             report.add("warning", n, "nan", f"{what} values")
         if s.constant:
             shown = ", ".join(map(str, s.constant[:8])) + ("..." if len(s.constant) > 8 else "")
-            report.add("note", n, "constant", f"{len(s.constant)} constant features: {shown}")
+            plural = "" if len(s.constant) == 1 else "s"
+            report.add("note", n, "constant", f"{len(s.constant)} constant feature{plural}: {shown}")
         if s.gaps and types.get(n) not in BOOKKEEPING_TYPES:   # logging topics are bursty by nature
             report.add("warning", n, "gap", f"{s.gaps} gaps longer than {s.gap_threshold_s:.3g} s "
-                       f"(longest {s.longest_gap_s:.3g} s; median interval {1 / s.rate_hz:.3g} s)")
+                       f"(longest {s.longest_gap_s:.3g} s; median interval {s.median_interval_s:.3g} s)")
         if s.non_monotonic:
             report.add("warning", n, "non_monotonic", f"{s.non_monotonic} timestamps go back in time")
         if s.duplicates:
@@ -465,8 +480,8 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
 
     try:
         info = _load_json(root / "meta" / "info.json")
-    except ReaderError as e:
-        report.add("error", root / "meta" / "info.json", "unreadable", str(e))
+    except ReaderError as err:
+        report.add("error", root / "meta" / "info.json", "unreadable", str(err))
         return
     fps = float(info.get("fps") or 0)
     version = str(info.get("codebase_version", ""))
@@ -479,8 +494,8 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
     chunks = int(info.get("chunks_size") or 1000)
     try:
         eps = {int(r["episode_index"]): r for r in _load_jsonl(root / "meta" / "episodes.jsonl")}
-    except (ReaderError, KeyError, ValueError) as e:
-        report.add("error", root / "meta" / "episodes.jsonl", "unreadable", str(e))
+    except (ReaderError, KeyError, ValueError) as err:
+        report.add("error", root / "meta" / "episodes.jsonl", "unreadable", str(err))
         return
     if info.get("total_episodes") is not None and int(info["total_episodes"]) != len(eps):
         report.add("warning", root / "meta" / "info.json", "meta_mismatch",
@@ -490,7 +505,9 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
         report.add("warning", root / "meta" / "info.json", "meta_mismatch",
                    f"total_frames is {info['total_frames']}, episodes.jsonl lengths sum to {total}")
     video_keys = [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"]
-    present, missing = [], {}
+    present: list[int] = []
+    missing: dict[str, list[int]] = {}    # "data" or a video key -> episodes without that file
+    cameras: dict[str, list] = {}         # video key -> [(frames, fps)] per episode with a file
     off_grid_eps = []
     for e, row in sorted(eps.items()):
         data = root / info["data_path"].format(episode_chunk=e // chunks, episode_index=e)
@@ -533,6 +550,7 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
             if frames is None:
                 report.add("error", vp, "unreadable", f"cannot open the video: {vfps}")
                 continue
+            cameras.setdefault(key, []).append((frames, vfps))
             if frames != n:
                 report.add("error", vp, "frame_count",
                            f"episode {e}: {frames} video frames, {n} parquet rows")
@@ -540,12 +558,26 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
                 report.add("warning", vp, "fps", f"video at {vfps:g} fps, meta/info.json says {fps:g}")
     for what, es in missing.items():
         kind = "data parquet" if what == "data" else f"video '{what}'"
+        if what != "data" and len(es) == len(present) and present:
+            # listed in info.json, shipped for no episode: the loader skips the key with a warning (GR00T's
+            # PickNPlace lists a second camera it never shipped); trainable, so a warning here too
+            report.add("warning", root, "video_not_shipped",
+                       f"video '{what}' is listed in meta/info.json but no episode has its file; "
+                       "from_lerobot skips it with a warning")
+            continue
         report.add("error", root, "missing_files", f"{len(es)} of {len(eps)} episodes have no {kind} file: "
                    f"episodes {_ranges(es)}")
     report.files.append({"path": str(root), "version": version, "fps": fps, "episodes_listed": len(eps),
                          "episodes_present": len(present)})
     if present:
         _generic(report, lambda: read_lerobot(root, load_video=False, episodes=present), gap, gap_factor, window)
+    for key, per in cameras.items():          # the cameras' rows, from the files' headers (not decoded)
+        rates = [r for _, r in per if r]
+        report.streams.append(StreamCheck(key, "image", episodes=len(per),
+                                          count=sum(f for f, _ in per),
+                                          rate_hz=float(np.median(rates)) if rates else None,
+                                          rate_p10_hz=min(rates) if rates else None,
+                                          rate_p90_hz=max(rates) if rates else None))
 
 
 def _ranges(xs) -> str:
@@ -592,7 +624,8 @@ def _zarr_keys(report: Report, path):
     """Arrays to check: images (4-D) are left out, they would be decoded whole (PushT: 709 MB)."""
     try:
         import zarr
-        data = zarr.open(os.fspath(path), mode="r")["data"]
+        store: Any = zarr.open(os.fspath(path), mode="r")   # a Group (zarr 2 and 3 type it differently)
+        data = store["data"]
         keys = sorted(data.array_keys()) if hasattr(data, "array_keys") else sorted(data.keys())
         out = [k for k in keys if len(data[k].shape) < 4]
     except Exception:

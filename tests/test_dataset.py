@@ -534,7 +534,12 @@ def test_repr_and_html(ds):
     r = repr(ds)
     lines = r.splitlines()
     assert lines[0].startswith("Dataset('synthetic', 4 episodes, 5 streams, ")
-    assert "device cpu" in lines[0] and len(lines) == 1 + len(ds.streams)
+    assert "device cpu" in lines[0] and len(lines) == 2 + len(ds.streams)
+    # column headers above the rows, each over its column
+    assert lines[1].split() == ["stream", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes",
+                                "duration", "memory", "storage"]
+    assert lines[1].index("kind") == lines[2].index(lines[2].split()[1])
+    lines = lines[:1] + lines[2:]
     for line, (name, s) in zip(lines[1:], ds.streams.items()):
         assert line.split()[:3] == [name, s.kind, str(s.dtype).replace("torch.", "")]
         assert "Hz" in line and "ep" in line and "B" in line
@@ -542,10 +547,17 @@ def test_repr_and_html(ds):
     assert "[P,4]" in lines[3]
     assert "2/4 ep" in lines[4]  # gripper: one empty episode, one missing
     h = ds._repr_html_()
-    assert h.count("<tr>") == 1 + len(ds.streams) and "<table>" in h
+    assert h.count("<tr>") == 1 + len(ds.streams) and "<table>" in h and "<th>stream</th>" in h
     for word in ("episodes", "frames", "duration", "memory", "device", "uint8", "pointcloud", "joints"):
         assert word in h
     assert "Stream('joints', continuous float32 [7], mode linear" in repr(ds.streams["joints"])
+
+
+def test_repr_counts_in_the_singular():
+    one = robocache.Dataset.from_episodes([{"x": (np.zeros((1, 2), np.float32), np.zeros(1))}], device="cpu")
+    assert repr(one).splitlines()[0].startswith("Dataset(1 episode, 1 stream, 1 frame, ")
+    assert "<b>1</b> episode &middot; <b>1</b> frame &middot;" in one._repr_html_()
+    assert repr(one.frames_view) == "FramesView(1 frame of 'x', 1 episode)"
 
 
 def test_progress_is_silent_without_a_terminal():

@@ -70,3 +70,164 @@ def test_demo_rosbag_px4(DATA):
     assert any("/fmu/out/vehicle_attitude" in line for line in lines)
     with pytest.raises(ValueError, match="no stream '/nope'"):
         demo.run(["--rosbag", str(path), "--action", "/nope", "--device", "cpu", "--steps", "2"], out=lines.append)
+
+
+# --------------------------------------------------------------------------------------------
+# the demo task written as a LeRobot v3.0 dataset (what the README's blocks train on)
+
+EPISODE_META = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+                "dataset_to_index", "videos/observation.images.top/chunk_index",
+                "videos/observation.images.top/file_index", "videos/observation.images.top/from_timestamp",
+                "videos/observation.images.top/to_timestamp", "meta/episodes/chunk_index", "meta/episodes/file_index"]
+
+
+@pytest.fixture(scope="module")
+def demo_lerobot(tmp_path_factory):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    return demo.write_lerobot(tmp_path_factory.mktemp("demo") / "set", num_episodes=4, seed=3)
+
+
+def test_write_lerobot_layout_is_lerobots_v30(demo_lerobot, DATA):
+    import json
+
+    import pyarrow.parquet as pq
+
+    root = demo_lerobot
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 4 and info["fps"] == 15
+    assert info["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    assert info["features"]["observation.images.top"]["dtype"] == "video"
+    for f in ("meta/stats.json", "meta/tasks.parquet", "data/chunk-000/file-000.parquet",
+              "videos/observation.images.top/chunk-000/file-000.mp4"):
+        assert (root / f).is_file(), f
+    meta = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
+    assert [c for c in meta.column_names if not c.startswith("stats/")] == EPISODE_META
+    data = pq.read_table(root / "data/chunk-000/file-000.parquet")
+    assert data.column_names == ["observation.state", "action", "timestamp", "frame_index", "episode_index",
+                                 "index", "task_index"]
+    assert info["total_frames"] == data.num_rows == sum(meta.column("length").to_pylist())
+    # the real v3.0 set LeRobot 0.4 wrote: the same columns, schema types and info.json keys
+    real = DATA / "cr5_v30"
+    if real.is_dir():
+        real_meta = pq.read_table(real / "meta/episodes/chunk-000/file-000.parquet")
+        assert [c for c in real_meta.column_names if not c.startswith("stats/")] == EPISODE_META
+        assert {c: str(meta.schema.field(c).type) for c in EPISODE_META} == \
+               {c: str(real_meta.schema.field(c).type) for c in EPISODE_META}
+        real_data = pq.read_table(real / "data/chunk-000/file-000.parquet")
+        assert [str(data.schema.field(c).type).split("[")[0] for c in data.column_names] == \
+               [str(real_data.schema.field(c).type).split("[")[0] for c in real_data.column_names]
+        assert pq.read_table(root / "meta/tasks.parquet").schema.names == \
+               pq.read_table(real / "meta/tasks.parquet").schema.names
+        assert set(info) == set(json.loads((real / "meta/info.json").read_text()))
+
+
+def test_write_lerobot_loads_episode_by_episode(demo_lerobot):
+    """from_lerobot reads it back: rows per episode, timestamps frame_index / fps, tasks, and each
+    episode's frames are the mp4's frames of its [from_timestamp, to_timestamp) span."""
+    import av
+    import pyarrow.parquet as pq
+
+    import robocache
+
+    ds = robocache.Dataset.from_lerobot(demo_lerobot, device="cpu")
+    meta = pq.read_table(demo_lerobot / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    data = pq.read_table(demo_lerobot / "data/chunk-000/file-000.parquet").to_pydict()
+    with av.open(str(demo_lerobot / "videos/observation.images.top/chunk-000/file-000.mp4")) as c:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    assert len(ds) == 4 and frames.shape[0] == len(data["index"])
+    for e, m in enumerate(meta):
+        a, b = m["dataset_from_index"], m["dataset_to_index"]
+        v, t = ds.streams["observation.state"].episode(e)
+        np.testing.assert_array_equal(v.numpy(), np.asarray(data["observation.state"][a:b], np.float32))
+        np.testing.assert_allclose(t.numpy(), np.arange(b - a) / 15, atol=1e-6)
+        img, _ = ds.streams["observation.images.top"].episode(e)
+        assert img.shape == (b - a, 96, 128, 3)
+        # the same frames: RGB from the loader's YUV against PyAV's conversion, within rounding
+        diff = np.abs(img.numpy().astype(np.int16) - frames[a:b].astype(np.int16))
+        assert diff.mean() < 2.0, (e, diff.mean())
+        assert ds.episodes[e].tasks == m["tasks"]
+    # the episodes are distinct where they meet (a wrong span would repeat or shift frames)
+    assert np.abs(frames[meta[1]["dataset_from_index"]].astype(int)
+                  - frames[meta[1]["dataset_from_index"] - 1].astype(int)).mean() > 1.0
+
+
+def test_write_lerobot_refuses_bad_arguments(tmp_path):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    with pytest.raises(ValueError, match="num_episodes must be an int >= 1, got 0"):
+        demo.write_lerobot(tmp_path / "a", 0)
+    with pytest.raises(ValueError, match=r"fps must be an int in 1..240 .*got 12.5"):
+        demo.write_lerobot(tmp_path / "a", fps=12.5)
+    with pytest.raises(ValueError, match=r"image_size must be \(height, width\), even"):
+        demo.write_lerobot(tmp_path / "a", image_size=(15, 32))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep me")
+    with pytest.raises(FileExistsError, match="exists and is not empty"):
+        demo.write_lerobot(tmp_path / "full", 1)
+    assert (tmp_path / "full" / "x").read_text() == "keep me"
+
+
+def test_demo_cli_writes_then_trains_on_it(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    from robocache.__main__ import main
+
+    path = tmp_path / "demo_lerobot"
+    assert main(["demo", "--write-lerobot", str(path), "--episodes", "2"]) == 0
+    assert f"python -m robocache demo --lerobot {path}" in capsys.readouterr().out
+    assert main(["demo", "--lerobot", str(path), "--device", "cpu", "--steps", "2", "--batch-size", "4",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "2 episodes" in out and "observation.images.top" in out
+    with pytest.raises(SystemExit) as e:          # no silent overwrite
+        main(["demo", "--write-lerobot", str(path)])
+    assert e.value.code == 2 and "--overwrite" in capsys.readouterr().err
+
+
+def test_demo_missing_files_is_a_message_not_a_traceback(demo_lerobot, tmp_path, capsys):
+    """A set whose files are missing: the reader's message with this command's options, exit 2."""
+    import shutil
+
+    from robocache.__main__ import main
+
+    broken = tmp_path / "broken"
+    shutil.copytree(demo_lerobot, broken)
+    (broken / "data/chunk-000/file-000.parquet").unlink()
+    assert main(["demo", "--lerobot", str(broken), "--device", "cpu", "--steps", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "file-000.parquet: parquet file not found" in err
+    assert "--missing-files skip" in err and "--episodes" in err and "Traceback" not in err
+
+
+@pytest.mark.filterwarnings("ignore:.*skipping 38 of 52 episodes")
+def test_demo_lerobot_options_the_message_names(DATA, capsys):
+    """The CR5 set lists 52 episodes and ships 14: --episodes and --missing-files skip load it."""
+    path = DATA / "cr5_flashdrive_av1"
+    if not path.is_dir():
+        pytest.skip(f"{path} is not present")
+    from robocache.__main__ import main
+
+    assert main(["demo", "--lerobot", str(path), "--device", "cpu", "--steps", "2", "--no-progress",
+                 "--no-video"]) == 2
+    assert "--missing-files skip" in capsys.readouterr().err
+    lines = []
+    res = demo.run(["--lerobot", str(path), "--episodes", "0,1", "3", "--device", "cpu", "--steps", "2",
+                    "--batch-size", "4", "--no-progress", "--no-video"], out=lines.append)
+    assert "3 episodes" in lines[0] and len(res["losses"]) == 2
+    lines = []
+    demo.run(["--lerobot", str(path), "--missing-files", "skip", "--device", "cpu", "--steps", "2",
+              "--batch-size", "4", "--no-progress", "--no-video"], out=lines.append)
+    assert "14 episodes" in lines[0]
+
+
+def test_demo_episodes_argument_errors(capsys):
+    from robocache.__main__ import main
+
+    for argv, msg in ((["--episodes", "3", "4"], "a count of generated episodes, got [3, 4]"),
+                      (["--episodes", "0"], "a count >= 1, got 0"),
+                      (["--episodes", "x"], "expected episode numbers like 0 1 2 or 0,1,2, got 'x'")):
+        with pytest.raises(SystemExit) as e:
+            main(["demo", *argv])
+        assert e.value.code == 2 and msg in capsys.readouterr().err, argv

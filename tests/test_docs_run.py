@@ -21,6 +21,10 @@ How the blocks run (the convention the docs follow):
 
   A block skipped for ``cuda`` or ``data`` skips the later blocks of its page too (they may use its
   names). Everything else must run on the CPU; a failure names the page and the line of the block.
+- README.md is what a new user has: its blocks need nothing but the package (no ``data`` marker: data
+  comes from ``robocache.demo.write_lerobot``), and a block that uses names an earlier block made
+  says so on its first line (``# continues the block above (ds, loader)``). CI runs them in a copy
+  of the tree with no ``../shared`` beside it (.ci/run).
 - Blocks that pick a device should say ``"cuda" if torch.cuda.is_available() else "cpu"`` (or leave
   it to the Dataset's default) rather than hard-code "cuda", so they run everywhere.
 """
@@ -169,6 +173,53 @@ def test_every_page_has_blocks_parsed():
     readme = blocks(REPO / "README.md")
     assert sum(b["lang"] == "python" for b in readme) >= 3
     assert all(b["code"].strip() for b in readme)
+
+
+def _free_names(code: str) -> set[str]:
+    """Names a block reads that it never binds (by assignment, import, def, class, argument,
+    loop or comprehension target) and that are not builtins: what it needs from an earlier block."""
+    import ast
+    import builtins
+
+    tree = ast.parse(code)
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return read - bound - set(dir(builtins))
+
+
+def test_readme_blocks_need_only_the_package():
+    """Every README block runs for someone with only the README: no block waits for ../shared data,
+    and a block that needs an earlier block's names says so on its first line."""
+    for b in blocks(REPO / "README.md"):
+        if b["lang"] not in ("python", "py"):
+            continue
+        assert not (b["marker"] or "").startswith("data"), f"README.md:{b['line']} needs data a user lacks"
+        assert "../shared" not in b["code"], f"README.md:{b['line']} reads ../shared"
+        free = _free_names(b["code"])
+        first = b["code"].lstrip().splitlines()[0]
+        if free:
+            assert first.startswith("# continues the block above"), \
+                f"README.md:{b['line']} uses {sorted(free)} from an earlier block without saying so on its first line"
+            for name in free:
+                assert name in first, f"README.md:{b['line']}: its first line should name {name!r}"
+
+
+def test_free_names_finds_what_a_block_borrows():
+    assert _free_names("import torch\nx = torch.zeros(3)\nprint(x, ds)") == {"ds"}
+    assert _free_names("def f(a):\n    return a + b\n[y for y in range(3)]") == {"b"}
+
+
+def test_readme_documents_the_data_folder():
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "ROBOCACHE_DATA" in text and "huggingface-cli download --repo-type dataset lerobot/pusht" in text
 
 
 def test_markers_are_known():

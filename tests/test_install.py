@@ -109,3 +109,52 @@ def test_no_warning_without_a_gpu():
         print("ok")
     """, CUDA_VISIBLE_DEVICES="")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the build says what it does: setup.py's CUDA notice (setup.py is run with setuptools.setup
+# replaced, so nothing is built)
+
+
+def _setup_module(monkeypatch):
+    import runpy
+    from pathlib import Path
+
+    import setuptools
+
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: None)
+    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "setup.py"), run_name="setup_under_test")
+
+
+def test_cuda_build_says_how_long_and_how_to_skip(monkeypatch):
+    pytest.importorskip("setuptools")
+    setup = _setup_module(monkeypatch)
+    text = setup["cuda_build_notice"](9, ["80", "86", "89", "90", "100", "120"], 0)
+    assert "compiling 9 CUDA files for 6 GPU architectures (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120)" in text
+    assert "takes minutes" in text and "this machine has no NVIDIA GPU" in text
+    assert "ROBOCACHE_CUDA=0 pip install" in text
+    with_gpu = setup["cuda_build_notice"](9, ["90"], 1)
+    assert "no NVIDIA GPU" not in with_gpu and "ROBOCACHE_CUDA=0" in with_gpu and "ROBOCACHE_CUDA_ARCHS" in with_gpu
+
+
+def test_cuda_build_reports_each_file(monkeypatch, tmp_path, capsys):
+    """compile_cuda with a stand-in nvcc: the notice first, then one line per file as it finishes."""
+    pytest.importorskip("setuptools")
+    setup = _setup_module(monkeypatch)
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\nwhile [ $# -gt 1 ]; do shift; done; touch \"$1\"\n")   # touches its -o file
+    nvcc.chmod(0o755)
+
+    class Toolkit:
+        pass
+
+    tk = Toolkit()
+    tk.nvcc, tk.home, tk.version_text = nvcc, tmp_path, "fake"
+    cmd = setup["BuildExt"].__new__(setup["BuildExt"])
+    cmd.build_temp = str(tmp_path / "build")
+    monkeypatch.delenv("ROBOCACHE_CUDA_CACHE", raising=False)
+    objects = cmd.compile_cuda(tk, ["90"])
+    out = capsys.readouterr().out
+    n = len(objects)
+    assert n >= 1 and out.index("compiling") < out.index(f"[1/{n}]")
+    assert all(f"[{k}/{n}]" in out for k in range(1, n + 1))

@@ -559,5 +559,7 @@ def test_zarr_not_a_replay_buffer(pusht_copy):
 
 def test_missing_extra_message(monkeypatch, tmp_path):
     monkeypatch.setitem(__import__("sys").modules, "h5py", None)  # import h5py now raises ImportError
-    with pytest.raises(ImportError, match=r"pip install robocache\[robomimic\]"):
+    # the command from a package index and the one that works from a checkout (robocache is not on PyPI)
+    with pytest.raises(ImportError, match=r'pip install "robocache\[robomimic\]", or from a checkout of '
+                                          r'robocache: pip install -e "\.\[robomimic\]" \(or only it: pip install h5py\)'):
         read_robomimic(tmp_path / "x.hdf5")

@@ -1,5 +1,5 @@
 """robocache.viz on small synthetic data (Agg backend, no display), and examples/explore.ipynb
-executed top to bottom on the real GR00T PickNPlace set.
+executed top to bottom on the demo LeRobot set it writes itself.
 
 Each viz function must return a Figure with the expected axes and artists, draw into given
 axes, accept CPU and CUDA tensors, and refuse what it cannot draw with a message naming it.
@@ -295,9 +295,164 @@ def test_missing_matplotlib_says_which_extra(ds, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_mpl)
     for call in (lambda: viz.plot_episode(ds, 0), lambda: viz.show_frames(ds, "camera", 0),
-                 lambda: viz.voxels(np.ones((2, 2, 2)))):
-        with pytest.raises(ImportError, match=r"pip install robocache\[viz\]"):
+                 lambda: viz.voxels(np.ones((2, 2, 2))), lambda: viz.episode_view(ds, 0, interactive=False),
+                 lambda: viz.plot_rates(ds), lambda: viz.show_batch({"a": np.zeros((2, 3))})):
+        # the command from a package index and the one that works from a checkout
+        with pytest.raises(ImportError, match=r'pip install "robocache\[viz\]", or from a checkout of '
+                                              r'robocache: pip install -e "\.\[viz\]"'):
             call()
+
+
+# ----------------------------------------------------------------------------
+# episode_view, rate_table / plot_rates, show_batch
+
+
+def test_robocache_exposes_viz_without_importing_it():
+    """`import robocache` alone gives robocache.viz (the README's calls), without loading matplotlib."""
+    import subprocess
+    import sys
+
+    code = ("import sys, robocache; assert callable(robocache.viz.episode_view); "
+            "print('matplotlib' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_episode_view_static_grid(ds):
+    view = viz.episode_view(ds, 0, interactive=False, frames=4)
+    fig = view.figure
+    assert isinstance(fig, matplotlib.figure.Figure) and not view.interactive
+    # cameras default to every image stream: camera and depth, 4 frames each; curves: joints, gripper
+    images = [a for a in fig.axes if a.images]
+    curves = [a for a in fig.axes if a.lines]
+    assert len(images) == 2 * 4 and len(curves) == 2
+    t0, t1 = view.span
+    np.testing.assert_allclose(view.times, np.linspace(t0, t1, 4))
+    for a in curves:                         # one cursor per frame column, at its time
+        cursors = [ln for ln in a.lines if list(ln.get_xdata()) == [ln.get_xdata()[0]] * 2]
+        assert sorted(c.get_xdata()[0] for c in cursors) == pytest.approx(sorted(view.times))
+    # each drawn frame is the camera's frame nearest to its column's time
+    v, t = ds.streams["camera"].episode(0)
+    for a, x in zip(images[:4], view.times):
+        i = int(np.argmin(np.abs(t.numpy() - x)))
+        np.testing.assert_array_equal(a.images[0].get_array(), v[i].numpy())
+
+
+def test_episode_view_set_time_moves_frames_and_cursors(ds):
+    view = viz.episode_view(ds, 1, ["joints"], "camera", interactive=True)
+    (img_ax,) = [a for a in view.figure.axes if a.images]
+    (curve_ax,) = [a for a in view.figure.axes if a.lines]
+    cursor = curve_ax.lines[-1]
+    v, t = ds.streams["camera"].episode(1)
+    for x in (0.31, 0.44, 10.0, -3.0):
+        view.set_time(x)
+        clamped = min(max(x, view.span[0]), view.span[1])
+        assert view.time == pytest.approx(clamped) and list(cursor.get_xdata()) == pytest.approx([clamped] * 2)
+        i = int(np.argmin(np.abs(t.numpy() - clamped)))
+        np.testing.assert_array_equal(img_ax.images[0].get_array(), v[i].numpy())
+
+
+def test_episode_view_widget(ds):
+    pytest.importorskip("ipywidgets")
+    view = viz.episode_view(ds, 0, "joints", "camera")
+    assert view.interactive                  # ipywidgets installed: the slider by default
+    box = view.widget()
+    play, slider = box.children[0].children
+    assert (slider.min, slider.max) == pytest.approx(view.span) and slider.step == pytest.approx(1 / 200)
+    slider.value = 0.5
+    assert view.time == pytest.approx(0.5)
+    play.value = 20                          # the play button steps the slider
+    assert slider.value == pytest.approx(20 / 200) and view.time == pytest.approx(0.1)
+
+
+def test_episode_view_errors(ds):
+    with pytest.raises(ValueError, match="keys: stream 'camera' is a image stream; give it as cameras="):
+        viz.episode_view(ds, 0, "camera", interactive=False)
+    with pytest.raises(ValueError, match="cameras: stream 'joints' is a continuous stream"):
+        viz.episode_view(ds, 0, cameras="joints", interactive=False)
+    with pytest.raises(ValueError, match=r"frames must be an int in 1..24, got 0"):
+        viz.episode_view(ds, 0, frames=0, interactive=False)
+    with pytest.raises(KeyError, match="no stream 'nope'"):
+        viz.episode_view(ds, 0, "nope", interactive=False)
+    with pytest.raises(IndexError, match="episode 5 out of range for 2 episodes"):
+        viz.episode_view(ds, 5, interactive=False)
+
+
+def test_rate_table_and_plot(ds):
+    table = viz.rate_table(ds, ["joints", "gripper", "camera"])
+    rows = {r["stream"]: r for r in table.records()}
+    assert rows["joints"]["measured Hz"] == pytest.approx(200) and rows["camera"]["min Hz"] == pytest.approx(10)
+    # episodes of 1.0 and 0.6 s: 200 and 120 joint samples
+    assert (rows["joints"]["samples/ep min"], rows["joints"]["samples/ep max"]) == (120, 200)
+    assert rows["gripper"]["s/ep max"] == pytest.approx(29 / 30)
+    text = repr(table)
+    assert text.splitlines()[1].startswith("stream") and "measured Hz" in text      # headers, then rows
+    assert "<th>measured Hz</th>" in table._repr_html_()
+    with pytest.raises(KeyError, match="no stream 'nope'"):
+        viz.rate_table(ds, "nope")
+    fig = viz.plot_rates(ds, ["joints", "gripper", "camera"])
+    a, h = fig.axes
+    assert [t.get_text() for t in a.get_yticklabels()] == ["joints", "gripper", "camera"]
+    dots = a.lines[0]                        # joints: one dot per episode at its measured rate
+    np.testing.assert_allclose(dots.get_xdata(), [200, 200], rtol=1e-6)
+    assert sum(p.get_height() for p in h.patches) == 2          # the 2 episodes' durations
+
+
+def _batch(B=3, T=5):
+    rng = np.random.default_rng(0)
+    pad = np.zeros((B, T), bool)
+    pad[0, 3:] = True
+    return {"image": torch.from_numpy(rng.uniform(0, 1, (B, T, 3, 16, 12)).astype(np.float32)),
+            "image_is_pad": torch.from_numpy(pad.copy()),
+            "action": torch.from_numpy(rng.standard_normal((B, T, 2)).astype(np.float32)),
+            "action_is_pad": torch.from_numpy(pad.copy()),
+            "state": torch.from_numpy(rng.standard_normal((B, 1, 4)).astype(np.float32)),
+            "state_is_pad": torch.zeros(B, 1, dtype=torch.bool),
+            "episode_index": torch.tensor([7, 8, 9]), "task": ["a", "b", "c"]}
+
+
+def test_show_batch_marks_padded_steps():
+    batch = _batch()
+    fig = viz.show_batch(batch, samples=2, steps=5)
+    axes = np.array(fig.axes).reshape(2, -1)           # 2 samples x (5 frames + action + state)
+    assert axes.shape == (2, 7)
+    for b in range(2):
+        for t in range(5):
+            a = axes[b, t]
+            np.testing.assert_allclose(a.images[0].get_array(), batch["image"][b, t].permute(1, 2, 0).numpy())
+            marked = any(x.get_text() == "pad" for x in a.texts)
+            assert marked == bool(batch["image_is_pad"][b, t]), (b, t)
+    # the action window: 2 curves over 5 steps, the padded steps of sample 0 shaded
+    assert len(axes[0, 5].lines) == 2 and len(axes[0, 5].patches) == 2 and not axes[1, 5].patches
+    assert len(axes[0, 6].patches) == 4                # state [1 step x 4]: bars
+    assert "episode 7" in axes[0, 0].get_ylabel()
+    assert "image 2" in fig._suptitle.get_text()
+
+
+def test_show_batch_steps_and_errors():
+    fig = viz.show_batch(_batch(T=12), "image", samples=1, steps=4)
+    assert [a.get_title() for a in fig.axes] == ["image[0]", "image[4]", "image[7]", "image[11]"]
+    with pytest.raises(TypeError, match="batch must be a dict of tensors"):
+        viz.show_batch([1, 2])
+    with pytest.raises(KeyError, match="no key 'nope' in the batch"):
+        viz.show_batch(_batch(), "nope")
+    with pytest.raises(ValueError, match="samples must be an int >= 1, got 0"):
+        viz.show_batch(_batch(), samples=0)
+    with pytest.raises(ValueError, match=r"show_batch draws \[B, T, ...\] windows"):
+        viz.show_batch(_batch(), "episode_index")
+
+
+def test_show_batch_from_the_loader(ds):
+    """A real loader batch: uint8 frames [B,T,H,W,C], windows past the episodes' ends."""
+    loader = robocache.DataLoader(ds, batch_size=4, shuffle=False, anchor="camera", windows={
+        "camera": robocache.Window("camera", indices=range(0, 12, 3), rate=10.0),
+        "joints": robocache.Window("joints", indices=range(8), rate=10.0)})
+    batch = list(loader)[-1]                           # the last anchors: their windows run off the end
+    assert batch["camera_is_pad"].any()
+    fig = viz.show_batch(batch)
+    padded = sum(any(t.get_text() == "pad" for t in a.texts) for a in fig.axes)
+    assert padded == int(batch["camera_is_pad"][:4].sum())
 
 
 # ----------------------------------------------------------------------------
@@ -347,15 +502,12 @@ def test_notebook_is_clean():
             "no IPython magics: the test runs the cells as plain Python"
 
 
-def test_notebook_runs_top_to_bottom(DATA, monkeypatch):
-    pytest.importorskip("pyarrow", reason="the notebook reads parquet: pip install robocache[lerobot]")
-    from robocache.readers import available_backends
-    if not available_backends():
-        pytest.skip("no video backend (PyAV, OpenCV or torchvision.io) to decode the ego-view videos")
-    if not (DATA / "groot_picknplace").is_dir() or not (DATA / "pointclouds" / "kitti_000008.bin").is_file():
-        pytest.skip(f"{DATA} lacks groot_picknplace/ or pointclouds/kitti_000008.bin")
-    monkeypatch.setenv("ROBOCACHE_DATA", str(DATA))
-    monkeypatch.chdir(NOTEBOOK.parent)  # where Jupyter runs it
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    """The notebook as a new user runs it: no data but what its first cell writes."""
+    pytest.importorskip("pyarrow", reason="the notebook reads parquet: pip install -e '.[lerobot]'")
+    pytest.importorskip("av", reason="the notebook writes its demo set's mp4 with PyAV")
+    monkeypatch.delenv("DATASET", raising=False)
+    monkeypatch.chdir(tmp_path)                     # where it writes demo_lerobot/
     nb = json.loads(NOTEBOOK.read_text())
     ns: dict = {"__name__": "__main__"}
     n = 0
@@ -364,10 +516,13 @@ def test_notebook_runs_top_to_bottom(DATA, monkeypatch):
             continue
         _run_cell("".join(cell["source"]), ns, f"{NOTEBOOK.name}[cell {i}]")
         n += 1
-    assert n >= 10
+    assert n >= 12
     # what the notebook claims, checked
     ds = ns["ds"]
-    assert len(ds) == 5 and ds.num_frames == 2096
-    assert ns["frames"].shape == (3, 16, 256, 256, 3)
-    assert ns["is_pad"].sum(1).tolist() == [0, 0, 7]  # episode 4 ends at 16.4 s
+    assert len(ds) == 8 and (tmp_path / "demo_lerobot" / "meta" / "info.json").is_file()
+    assert ns["frames"].shape == (3, 16, 96, 128, 3)
+    pad = ns["is_pad"].sum(1).tolist()
+    assert pad[:2] == [0, 0] and pad[2] > 0         # the third window starts 0.4 s before episode 4 ends
+    assert ns["batch"]["image"].shape == (16, 8, 3, 96, 128)
+    assert isinstance(ns["view"].figure, matplotlib.figure.Figure)
     assert len(plt.get_fignums()) >= 6

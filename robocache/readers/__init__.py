@@ -4,8 +4,9 @@ ROS 1/ROS 2 bags and MCAP.
 Each ``read_<format>`` reads the files once (read-only) into plain NumPy episodes, an ``Episodes``
 (the keyword arguments of ``Dataset.from_episodes``); readers know nothing of ``Dataset``:
 ``Dataset.from_<format>`` builds one from what they read. Optional
-dependencies are imported when used: ``pip install robocache[lerobot]`` (pyarrow, av),
-``robocache[robomimic]`` (h5py), ``robocache[zarr]`` (zarr), ``robocache[rosbag]`` (rosbags).
+dependencies are imported when used: ``pip install -e ".[lerobot]"`` from a checkout (``pip install
+"robocache[lerobot]"`` from a package index) for pyarrow and av, ``[robomimic]`` (h5py), ``[zarr]``
+(zarr), ``[rosbag]`` (rosbags).
 A missing, corrupt or truncated file raises ``ReaderError`` (a ValueError) naming the file. Differences from LeRobot / GR00T /
 robomimic / diffusion-policy semantics: docs/dataset.md, "Readers".
 """

@@ -85,7 +85,8 @@ def _read(f, path, obs_keys, filter_key, rate, include_next_obs) -> Episodes:
         names += [f"next_obs/{k}" for k in obs_keys]
     names += [k for k in ("actions", "rewards", "dones") if k in first]
 
-    episodes, kinds = [], {}
+    episodes: list[dict] = []
+    kinds: dict[str, str] = {}
     for d in demos:
         g = data[d]
         streams, n = {}, None

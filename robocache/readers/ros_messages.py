@@ -264,7 +264,8 @@ class JointStateConverter(Converter):
         self.want = _select(self, list(self.QUANTITIES))
         self.names: dict[str, int] = {}
         self.rows: list = []   # (column indices, {quantity: array or None})
-        self.header, self.log = [], []
+        self.header: list = []
+        self.log: list = []
 
     def add(self, msg, log_ns):
         names = list(msg.name)
@@ -405,8 +406,8 @@ def decode_image(msg, where: str) -> np.ndarray:
     if enc not in ENCODINGS:
         raise ReaderError(f"{where}: image encoding {msg.encoding!r} is not supported "
                           f"(supported: {sorted(ENCODINGS) + sorted(YUV422)})")
-    c, dt, order = ENCODINGS[enc]
-    dt = np.dtype(dt)
+    c, code, order = ENCODINGS[enc]
+    dt = np.dtype(code)
     row = w * c * dt.itemsize
     if step < row or data.size < h * step:
         raise ReaderError(f"{where}: {enc} image {w}x{h} needs {row} bytes a row and {h * step} in all; "
@@ -454,7 +455,7 @@ def decode_compressed(msg, where: str) -> np.ndarray:
         raise ReaderError(f"{where}: cannot decode {msg.format!r} image ({len(buf)} bytes): {e}") from e
     if img.dtype == np.int32:        # PIL opens 16-bit png as I;16 or I (int32)
         img = img.astype(np.uint16)
-    if depth and fmt.startswith("32fc1"):
+    if quant is not None and fmt.startswith("32fc1"):      # compressedDepth (quant read above)
         a, b = float(quant[0]), float(quant[1])
         v = img.astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -493,7 +494,8 @@ class ImageConverter(Converter):
         self.buf = None           # preallocated from the connection's message count when known
         self.count = count or 0
         self.frames: list = []    # raw: frames past the buffer; compressed: the messages' (format, bytes)
-        self.header, self.log = [], []
+        self.header: list = []
+        self.log: list = []
         self.encodings: set[str] = set()
 
     def _frame(self, img, where):

@@ -81,7 +81,8 @@ def find_bags(path) -> list[Bag]:
         return [Bag(p, p.suffix == ".bag")]
     if (p / "metadata.yaml").is_file():
         return [Bag(p, False)]
-    found, bag_dirs = [], []
+    found: list = []
+    bag_dirs: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(p):
         d = Path(dirpath)
         if any(d == b or b in d.parents for b in bag_dirs):
@@ -346,33 +347,34 @@ def read_bag(bag: Bag, *, topics=None, exclude=None, fields=None, clock="header"
             conns += cs
         deser = store.deserialize_cdr if is2 else store.deserialize_ros1
         total = sum(max(c.msgcount, 0) for c in conns)
-        topic, i = None, -1
+        msg_topic: str | None = None
+        i = -1
         counts = {t: 0 for t in convs}
         it = reader.messages(connections=conns) if conns else iter(())
         try:
             for c, ts, raw in progress(it, total=total, desc=f"reading {bag.path.name}", enable=show_progress):
-                topic = c.topic
-                i = counts[topic]
+                msg_topic = c.topic
+                i = counts[msg_topic]
                 try:
                     msg = deser(raw, c.msgtype)
                 except Exception as e:
-                    why = (f"{src}: topic {topic}: message {i} (log time {ts} ns) cannot be decoded as "
+                    why = (f"{src}: topic {msg_topic}: message {i} (log time {ts} ns) cannot be decoded as "
                            f"{c.msgtype} (corrupt?): {e}")
                     if not skip_undecodable:
                         raise ReaderError(why) from e
-                    bad_n, first = facts["undecodable"].get(topic, (0, why))
-                    facts["undecodable"][topic] = (bad_n + 1, first)
-                    counts[topic] = i + 1
+                    bad_n, first = facts["undecodable"].get(msg_topic, (0, why))
+                    facts["undecodable"][msg_topic] = (bad_n + 1, first)
+                    counts[msg_topic] = i + 1
                     continue
-                convs[topic].add(msg, ts)
-                counts[topic] = i + 1
+                convs[msg_topic].add(msg, ts)
+                counts[msg_topic] = i + 1
         except ReaderError:
             raise
         except Exception as e:  # rosbags failing mid-file: a damaged chunk or record
-            after = f" after message {i} of topic {topic}" if topic is not None else ""
+            after = f" after message {i} of topic {msg_topic}" if msg_topic is not None else ""
             raise ReaderError(f"{src}: cannot read messages{after} (corrupt or truncated?): {e}") from e
-        for t, n in counts.items():
-            facts["topics"][t]["count"] = n
+        for name, n in counts.items():
+            facts["topics"][name]["count"] = n
     finally:
         reader.close()
 
@@ -389,11 +391,11 @@ def read_bag(bag: Bag, *, topics=None, exclude=None, fields=None, clock="header"
             name = topic + ("." + part.suffix if part.suffix and not part.suffix.startswith(":") else part.suffix)
             t, ck, diag = _check_clock(name, part, want)
             order = np.argsort(t, kind="stable")
-            ts = t[order]
-            diag["duplicates"] = int((np.diff(ts) == 0).sum())
+            stamps = t[order]
+            diag["duplicates"] = int((np.diff(stamps) == 0).sum())
             if diag["duplicates"]:
                 diag["notes"].append(f"{diag['duplicates']} duplicate stamps ({ck} clock)")
-            series[name] = Series(topic, conv.msgtype, part, ts, part.log[order], order, ck, diag)
+            series[name] = Series(topic, conv.msgtype, part, stamps, part.log[order], order, ck, diag)
             facts["topics"][topic]["streams"].append(name)
     return BagRead(bag, series, facts)
 
@@ -455,7 +457,9 @@ def assemble(reads: list[BagRead], *, rename=None, modes=None, joint_fill="inter
         raise ValueError(f"joint_fill must be one of {JOINT_FILLS}, got {joint_fill!r}")
 
     # per final stream: kind, mode, the union of feature names over bags
-    kinds, stream_modes, names = {}, {}, {}
+    kinds: dict[str, str] = {}
+    stream_modes: dict[str, str] = {}
+    names: dict[str, list] = {}
     origin: dict[str, str] = {}
     for r in reads:
         for n, s in r.series.items():

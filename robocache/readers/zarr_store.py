@@ -209,9 +209,9 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
 
     starts = np.concatenate([[0], ends[:-1]])
     episodes = []
-    for s, e in zip(starts, ends):
-        t = step_times(int(e - s), rate)
-        episodes.append({k: (a[s:e], t) for k, a in arrays.items()})
+    for first, end in zip(starts, ends):
+        t = step_times(int(end - first), rate)
+        episodes.append({k: (a[first:end], t) for k, a in arrays.items()})
     kinds = {k: infer_kind(a) for k, a in arrays.items()}
     return Episodes(episodes=episodes, kinds=kinds, rates={k: float(rate) for k in arrays}, source=path,
                     extra={"episode_ends": ends, "keys": keys})

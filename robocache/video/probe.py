@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._util import ReaderError, cpu_count, require
+from .._util import ReaderError, cpu_count, install_hint, require
 from .layout import FrameSpec
 from .source import VideoSource, count_in_spans, span_bounds
 
@@ -49,8 +49,8 @@ def resolve_backend(backend: str = "auto") -> str:
     if backend == "auto":
         name = next((n for n in BACKENDS if _usable(n)), None)
         if name is None:
-            raise ImportError("decoding videos needs PyAV, OpenCV or torchvision: pip install robocache[lerobot] "
-                              "(installs av), or pass load_video=False")
+            raise ImportError(f"decoding videos needs PyAV, OpenCV or torchvision: {install_hint('lerobot')} "
+                              f"(installs av), or pass load_video=False")
         return name
     if backend not in BACKENDS:
         raise ValueError(f"video_backend must be 'auto' or one of {BACKENDS}, got {backend!r}")

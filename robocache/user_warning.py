@@ -23,5 +23,5 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn(message, category)`` attributed to the innermost caller outside robocache."""
     level, frame = 2, sys._getframe(1)        # stacklevel 2: whoever called this function
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE):
-        frame, level = frame.f_back, level + 1
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]  # None ends the walk
     warnings.warn(message, category, stacklevel=level)

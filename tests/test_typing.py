@@ -27,7 +27,6 @@ PENDING = {
     "robocache/dataset.py", "robocache/loader.py", "robocache/sampling.py", "robocache/windows.py",
     "robocache/frames/cache.py", "robocache/frames/compress.py", "robocache/frames/ingest.py",
     "robocache/frames/jpeg.py", "robocache/frames/videos.py", "robocache/readers/lerobot.py",
-    "robocache/readers/video.py",
 }
 
 USER_SCRIPT = '''

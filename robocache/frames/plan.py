@@ -103,7 +103,7 @@ def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, othe
     if device.type != "cuda":
         d = 0
     limits = memory.host_memory_limits()
-    limit = "" if host_memory is not None or not limits else min(limits, key=limits.get)
+    limit = "" if host_memory is not None or not limits else min(limits, key=lambda k: limits[k])
     h = host_memory if host_memory is not None else \
         int((limits[limit] if limits else memory.available_host_memory()) * HOST_SHARE)
     left = limits.get("RLIMIT_AS")
@@ -125,7 +125,7 @@ def _bytes_arg(name: str, value) -> int | None:
                         f"({type(value).__name__})")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number of bytes >= 0, got {value!r}")
-    return int(value)
+    return int(float(value))
 
 
 def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> dict[str, str]:

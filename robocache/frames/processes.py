@@ -65,7 +65,7 @@ class _Counter:
         self.done[self.i] += n
 
 
-_SHARED = {}  # in a decode process: the parent's stop flag and progress array (_start_decoder)
+_SHARED: dict = {}  # in a decode process: the parent's stop flag and progress array (_start_decoder)
 
 
 def _start_decoder(stop, done) -> None:
@@ -109,7 +109,7 @@ def _write_pieces(fd, job: Job, first: int, rows: np.ndarray, fb: int) -> None:
 
 
 def pwrite(fd: int, rows: np.ndarray, offset: int) -> None:
-    view = memoryview(rows.reshape(-1))
+    view = memoryview(rows.reshape(-1))  # type: ignore[arg-type]  # ndarray is a buffer
     done = 0
     while done < len(view):
         done += os.pwrite(fd, view[done:], offset + done)
@@ -141,7 +141,7 @@ def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_
                 total = sum(done)
                 bar.update(total - shown)
                 shown = total
-            for f in sorted(finished, key=index.get):
+            for f in sorted(finished, key=lambda f: index[f]):
                 if f.exception() is None:
                     on_job(index[f])
             if errors(finished):

@@ -46,11 +46,11 @@ def _decompress(data: bytes, compression: str, size: int, crc: int) -> bytes:
         if compression == "":
             raw = data
         elif compression == "lz4":
-            from lz4.frame import LZ4FrameDecompressor
+            from lz4.frame import LZ4FrameDecompressor  # type: ignore[import-untyped]  # no stubs
             raw = LZ4FrameDecompressor().decompress(data, max_length=size + 1)
         elif compression == "zstd":
             try:
-                from compression import zstd  # Python 3.14
+                from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
             except ImportError:
                 from backports import zstd
             raw = zstd.ZstdDecompressor().decompress(data, max_length=size + 1)

@@ -109,7 +109,7 @@ class _Spans:
     def __init__(self, job: Job, out: Rows, tick, backend: str):
         self.job, self.out, self.tick, self.backend = job, out, tick, backend
         self.got = np.zeros(len(job.sources), np.int64)
-        self.t = [[] for _ in job.sources]
+        self.t: list[list[float]] = [[] for _ in job.sources]
         self.k, self.i = 0, 0
 
     def row(self, t: float):

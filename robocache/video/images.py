@@ -14,7 +14,7 @@ def decode_images(blobs) -> np.ndarray:
     """Encoded images (bytes each, one size) -> uint8 ``[n, H, W, C]`` (RGB, or C = 1 for grayscale).
     Raises ValueError naming the first image that does not decode."""
     try:
-        import cv2
+        import cv2  # type: ignore[import-not-found]  # optional, no stubs where absent
 
         def dec(b):
             img = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_UNCHANGED)

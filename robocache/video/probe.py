@@ -252,7 +252,7 @@ def pyav_rgb_colors(colorspace: int, color_range: int, pix_fmt: str = "yuv420p")
                 errors[(matrix, full)] = max(
                     np.abs(np.clip(yuv_to_rgb_reference(yy, uu, vv, matrix, full), 0, 255) - rgb).mean()
                     for rgb, uu, vv in rgbs)
-        best = min(errors, key=errors.get)
+        best = min(errors, key=lambda k: errors[k])
         if errors[best] < 2.0:
             return best
     except Exception:  # no PyAV, or one too old to tag frames: the measured rule
@@ -262,10 +262,10 @@ def pyav_rgb_colors(colorspace: int, color_range: int, pix_fmt: str = "yuv420p")
 
 def _pyav_codec_name(cc) -> str:
     codec = getattr(cc, "codec", None)
-    name = getattr(codec, "canonical_name", None) or getattr(codec, "name", None) or getattr(cc, "name", "")
+    name = str(getattr(codec, "canonical_name", None) or getattr(codec, "name", None) or getattr(cc, "name", "") or "")
     # decoder names that are not codec names (older PyAV has no canonical_name)
     return {"libdav1d": "av1", "libaom-av1": "av1", "av1_cuvid": "av1", "h264_cuvid": "h264",
-            "libopenh264": "h264", "hevc_cuvid": "hevc", "libvpx-vp9": "vp9"}.get(name, name or "")
+            "libopenh264": "h264", "hevc_cuvid": "hevc", "libvpx-vp9": "vp9"}.get(name, name)
 
 
 def _probe_pyav(path, backend="pyav", stream_index: int = 0) -> VideoInfo:

@@ -32,7 +32,7 @@ class Rows:
         self.base = 0               # job row of the current chunk's first frame
         self.half = 0               # ring: the half being written
         self.handles = [None, None]  # ring: what each half waits for before it is written again
-        self.pending = []           # in place: every flush's handle
+        self.pending: list = []     # in place: every flush's handle
 
     def __len__(self):
         return self.n

@@ -38,7 +38,7 @@ class VideoSource:
         if isinstance(src, VideoSource):
             return src
         if isinstance(src, (str, bytes, os.PathLike)):
-            return cls(os.path.abspath(os.fspath(src)))
+            return cls(os.path.abspath(os.fsdecode(src)))
         raise TypeError(f"a video source is a VideoSource or a path, got {type(src).__name__}")
 
     def __post_init__(self):

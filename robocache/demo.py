@@ -121,20 +121,6 @@ def _render(q, grip, height: int, width: int, rng) -> np.ndarray:
     return (img + rng.normal(0, 3, img.shape)).clip(0, 255).astype(np.uint8)
 
 
-def _encoder(codec: str | None) -> str:
-    """The first video encoder PyAV has of: LeRobot's default AV1 (libsvtav1), H.264, MPEG-4 part 2."""
-    import av
-
-    for name in ([codec] if codec else ["libsvtav1", "libx264", "mpeg4"]):
-        try:
-            av.codec.Codec(name, "w")
-            return name
-        except Exception:  # noqa: BLE001 - PyAV raises UnknownCodecError or ValueError by version
-            if codec:
-                raise ValueError(f"codec={codec!r}: this PyAV ({av.__version__}) has no such encoder") from None
-    raise RuntimeError("PyAV has none of the encoders libsvtav1, libx264, mpeg4")
-
-
 def _feature_stats(x: np.ndarray) -> dict:
     """LeRobot's per-feature statistics of rows x [n, D] (or [n] for scalars)."""
     x = x.reshape(x.shape[0], -1).astype(np.float64)
@@ -153,23 +139,6 @@ def _image_stats(frames: np.ndarray) -> dict:
 
 
 _CODEC_NAMES = {"libsvtav1": "av1", "libx264": "h264"}   # info.json names the format, not the encoder
-
-
-def _encode(av, path, video: np.ndarray, codec: str, fps: int) -> None:
-    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0."""
-    from fractions import Fraction
-
-    H, W = video.shape[1:3]
-    with av.open(str(path), "w") as out:
-        opts = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
-        s = out.add_stream(codec, rate=fps, options=opts)
-        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-        s.codec_context.time_base = Fraction(1, fps)
-        for i, img in enumerate(video):
-            f = av.VideoFrame.from_ndarray(img, format="rgb24")
-            f.pts, f.time_base = i, Fraction(1, fps)
-            out.mux(s.encode(f))
-        out.mux(s.encode())
 
 
 def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, image_size=(96, 128),
@@ -192,12 +161,12 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     import shutil
     from pathlib import Path
 
-    from .readers._common import require
+    from ._util import require
+    from .video.encode import encode_mp4, pick_encoder
 
     what = "writing the demo LeRobot dataset"
     pa = require("pyarrow", "lerobot", what)
     pq = require("pyarrow.parquet", "lerobot", what)
-    av = require("av", "lerobot", what)
     if isinstance(num_episodes, bool) or not isinstance(num_episodes, (int, np.integer)) or num_episodes < 1:
         raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}")
     if isinstance(fps, bool) or not isinstance(fps, (int, np.integer)) or not 1 <= fps <= 240:
@@ -210,7 +179,7 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
         if not overwrite:
             raise FileExistsError(f"{root} exists and is not empty; pick a new folder or pass overwrite=True")
         shutil.rmtree(root)
-    encoder = _encoder(codec)
+    encoder = pick_encoder(codec)
 
     rng = np.random.default_rng(seed)
     rows: dict[str, list[np.ndarray]] = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index",
@@ -253,7 +222,7 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     if quiet:
         os.environ["SVT_LOG"] = "1"
     try:
-        _encode(av, root / f"videos/{LEROBOT_CAMERA}/chunk-000/file-000.mp4", video, encoder, int(fps))
+        encode_mp4(root / f"videos/{LEROBOT_CAMERA}/chunk-000/file-000.mp4", video, encoder, int(fps))
     finally:
         if quiet:
             os.environ.pop("SVT_LOG", None)

@@ -52,18 +52,21 @@ def _torch():
 
 
 def _lerobot_shard(path, shard_episodes, episodes, video_resize):
-    """(this rank's episodes, (rank, world, samples per rank)) of a LeRobot set, from its metadata."""
+    """(this rank's episodes, its ``shard.LoadedShard``) of a LeRobot set, from its metadata: the
+    episodes holding the rank's samples (``shard.rank_samples``: whole episodes, or runs of samples
+    when whole episodes cannot balance the ranks, an episode then read by the two ranks sharing it)."""
     from .readers.lerobot import episode_weights
-    from .shard import assign, rank_world
+    from .shard import LoadedShard, rank_samples, rank_world
     rank, world = rank_world(shard_episodes)
     ids, rows, weights = episode_weights(path, episodes=episodes, video_resize=video_resize)
-    owner = assign(weights, world)
-    mine = [e for e, o in zip(ids, owner) if o == rank]
+    plan = rank_samples(rows, weights, world)
+    start = np.concatenate([[0], np.cumsum(rows)])
+    mine = [ids[i] for i in np.unique(np.searchsorted(start, plan[rank], side="right") - 1)]
     if not mine:
         raise ValueError(f"shard_episodes: rank {rank} of {world} gets none of the {len(ids)} episodes; "
                          f"use fewer ranks or shard_episodes=False")
-    samples = np.bincount(owner, weights=rows, minlength=world).astype(np.int64).tolist()
-    return mine, (rank, world, samples)
+    return mine, LoadedShard(rank, world, [int(p.size) for p in plan], np.asarray(rows, np.int64),
+                             np.asarray(weights, np.int64))
 
 
 def _default_device():

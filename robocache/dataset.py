@@ -211,6 +211,10 @@ class Stream:
         self._offsets_host = offsets.cpu().numpy()
         self._frame_offsets_host = frame_offsets.cpu().numpy() if frame_offsets is not None else None
         self._cache: dict[str, Any] = {}
+        # a subset's or a copy's statistics are those of the stream it came from, computed there
+        # when first asked for (a shard's construction then costs the bytes it keeps, not a pass
+        # over every frame of the whole set for statistics no window may use)
+        self._stats_of: Stream | None = None
 
     # --- shape and size ------------------------------------------------------------------
 
@@ -337,8 +341,20 @@ class Stream:
         empty streams give NaN.
         """
         if "stats" not in self._cache:
-            self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
+            if self._stats_of is not None:
+                self._cache["stats"] = {k: v.to(self.device) for k, v in self._stats_of.stats.items()}
+                self._stats_of = None
+            else:
+                self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
         return self._cache["stats"]
+
+    def _share_stats(self, other: "Stream") -> None:
+        """``other`` (a subset or a copy of this stream) takes this stream's statistics: now when they are
+        computed, else when first asked for."""
+        if "stats" in self._cache:
+            other._cache["stats"] = {k: v.to(other.device) for k, v in self._cache["stats"].items()}
+        else:
+            other._stats_of = self._stats_of if self._stats_of is not None else self
 
     def _compute_stats(self) -> dict:
         torch = _torch()
@@ -443,12 +459,14 @@ class Stream:
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
         if "rate" in self._cache:
             s._cache["rate"] = self._cache["rate"]
+        self._share_stats(s)
         return s
 
     def subset(self, episodes: Sequence[int]) -> "Stream":
         """The stream with only ``episodes`` (in that order), copied on the same device.
         Statistics and the measured rate are the full stream's, so a shard normalizes
-        exactly as the whole dataset does."""
+        exactly as the whole dataset does (the statistics computed when first asked for: the
+        subset holds the full stream until then)."""
         torch = _torch()
         eps = np.asarray(episodes, dtype=np.int64).reshape(-1)
         off = self._offsets_host
@@ -470,7 +488,7 @@ class Stream:
         s = Stream(self.name, self.kind, self.mode, values, times, put(offsets), frame_offsets=frame_offsets,
                    feature_names=self.feature_names, file_stats=self.file_stats,
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
-        s._cache["stats"] = self.stats
+        self._share_stats(s)
         s._cache["rate"] = self.rate
         return s
 

@@ -148,11 +148,37 @@ def test_shards_balanced_at_any_episode_count(lengths, world):
             assert len(set(flat)) == N and (len(flat) - N) / N < 0.02, (N, len(flat))
 
 
-def test_shard_episodes_keeps_global_stats(synth):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_shard_episodes_keeps_global_stats(synth, device):
     w = {"j": Window("joints", normalize="mean_std")}
-    ld = DataLoader(synth, 4, windows=w, rank=1, world_size=2, shard_episodes=True)
-    for k in ("mean", "std", "q01"):
-        assert torch.equal(ld.dataset.streams["joints"].stats[k], synth.streams["joints"].stats[k])
+    ld = DataLoader(synth, 4, windows=w, rank=1, world_size=2, shard_episodes=True, device=device)
+    assert ld.dataset.device.type == device
+    for k in ("mean", "std", "q01"):       # the whole set's, also on another device (Stream.to)
+        assert torch.equal(ld.dataset.streams["joints"].stats[k].cpu(), synth.streams["joints"].stats[k])
+
+
+def test_shards_compute_statistics_only_for_normalized_windows(rng, monkeypatch):
+    """Issue 31 item 2: a sharded loader over a CPU-loaded set spent 73-85 s per rank computing statistics
+    over every image frame in its first subset, for nothing. Statistics are computed only for a stream a
+    window normalizes, once, over the whole set; normalized batches are what they were."""
+    from robocache.dataset import Stream
+    calls = []
+    compute = Stream._compute_stats
+    monkeypatch.setattr(Stream, "_compute_stats", lambda self: calls.append(self.name) or compute(self))
+    ds = robocache.Dataset.from_episodes(make_episodes(rng, E=7), device="cpu")     # joints, camera, actions
+    for r in range(2):
+        ld = DataLoader(ds, 4, windows={**WINDOWS, "cam": Window("camera", layout="BTCHW")}, rank=r, world_size=2,
+                        shard_episodes=True)
+        next(iter(ld))
+        ld.dataset.subset([0]).to("cpu")
+    assert calls == []                      # the camera's frames above all
+    w = {"j": Window("joints", normalize="mean_std"), "raw": Window("joints"), "cam": Window("camera")}
+    got = [next(iter(DataLoader(ds, 4, windows=w, rank=r, world_size=2, shard_episodes=True))) for r in range(2)]
+    assert calls == ["joints"]              # once, over the whole set, shared by both shards
+    full = ds.streams["joints"].stats
+    for b in got:
+        want = ((b["raw"].double() - full["mean"]) / torch.where(full["std"] > 0, full["std"], torch.inf)).float()
+        torch.testing.assert_close(b["j"], want, rtol=1e-6, atol=1e-6)
 
 
 def test_shard_episodes_point_clouds(rng):

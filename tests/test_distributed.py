@@ -211,3 +211,84 @@ def test_torchrun_elastic_resume(tmp_path, backend, w1, w2):
         if w1 == w2:                                                     # bit for bit the straight run
             for b, a in zip(before, after):
                 assert b[mode] + a[mode] == a[mode + "-straight"], mode
+
+
+MULTINODE = r'''
+import glob, json, os, warnings
+import torch, torch.distributed as dist
+import robocache
+from robocache import DataLoader, Window
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")        # the set lists a camera it does not ship
+    # each rank reads, decodes and caches only its episodes, in its node's cache dir
+    ds = robocache.Dataset.from_lerobot(os.environ["DATA"], device="cpu", shard_episodes=True, show_progress=False)
+ld = DataLoader(ds, 16, seed=5, drop_last=True, shard_episodes=True, identity=["episode_index", "timestamp"],
+                windows={"state": Window("observation.state"), "cam": Window("observation.images.ego_view")})
+res = {"rank": rank, "world": world, "node": int(os.environ["GROUP_RANK"]), "held": ds.episode_index.tolist(),
+       "batches": len(ld), "ids": {}, "cam": {}}
+for epoch in (0, 1):
+    ld.set_epoch(epoch)
+    it = iter(ld)
+    got = [next(it) for _ in range(3)]
+    res["ids"][epoch] = [[int(e), float(t)] for b in got for e, t in zip(b["episode_index"], b["timestamp"])]
+    res["cam"][epoch] = [int(b["cam"].sum()) for b in got]
+sources = set()
+for f in glob.glob(os.path.join(os.environ["ROBOCACHE_CACHE_DIR"], "frames", "*.json")):
+    sources |= {s["path"] for s in json.load(open(f)).get("sources", [])}
+res["cached"] = sorted(sources)
+with open(os.path.join(os.environ["OUT_DIR"], f"{os.environ['RUN']}-rank{rank}.json"), "w") as f:
+    json.dump(res, f)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_hold_their_ranks_episodes(tmp_path, DATA):
+    """Issue 31 item 5 on the CPU: 2 "nodes" x 1 process (torchrun --nnodes=2 --node_rank=0/1, two process
+    groups on one machine, each node its own ROBOCACHE_CACHE_DIR, as nodes have their own disks). Each node
+    reads, decodes and caches only its rank's episodes, and the batches (sample ids, frames) are those of
+    the same job on one node of 2 processes."""
+    script = tmp_path / "multinode.py"
+    script.write_text(MULTINODE)
+    base = dict(os.environ, OUT_DIR=str(tmp_path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+                CUDA_VISIBLE_DEVICES="", DATA=str(DATA / "groot_picknplace"))
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    port = _free_port()
+    nodes = [subprocess.Popen([*run, "--nnodes=2", f"--node_rank={k}", "--nproc_per_node=1",
+                               "--master_addr=127.0.0.1", f"--master_port={port}", str(script)],
+                              env=dict(base, RUN="nodes", ROBOCACHE_CACHE_DIR=str(tmp_path / f"cache-node{k}")),
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for k in range(2)]
+    try:
+        outs = [p.communicate(timeout=600)[0] for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in nodes), "\n".join(o[-3000:] for o in outs)
+    one = subprocess.run([*run, "--standalone", "--nproc_per_node=2", str(script)],
+                         env=dict(base, RUN="one", ROBOCACHE_CACHE_DIR=str(tmp_path / "cache-one")),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    nodes_res = [json.loads((tmp_path / f"nodes-rank{r}.json").read_text()) for r in range(2)]
+    one_res = [json.loads((tmp_path / f"one-rank{r}.json").read_text()) for r in range(2)]
+    videos = DATA / "groot_picknplace" / "videos" / "chunk-000" / "observation.images.ego_view"
+    for r, (a, b) in enumerate(zip(nodes_res, one_res)):
+        assert a["world"] == 2 and a["node"] == r
+        # the node holds and has cached only its rank's episodes' videos
+        assert a["cached"] == sorted(str(videos / f"episode_{e:06d}.mp4") for e in a["held"]), a
+        assert a["held"] != list(range(5))
+        # the global order (and the frames) are the one-node job's
+        assert (a["held"], a["batches"], a["ids"], a["cam"]) == (b["held"], b["batches"], b["ids"], b["cam"])
+    assert set(nodes_res[0]["held"]) | set(nodes_res[1]["held"]) == set(range(5))
+    assert nodes_res[0]["ids"]["0"] != nodes_res[0]["ids"]["1"]          # a new order per epoch

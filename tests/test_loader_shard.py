@@ -262,3 +262,28 @@ def test_lerobot_loaded_as_shards(tmp_path, rng, world):
     assert np.array_equal(episode_weights(tmp_path)[2], rows * 48 * 64)
     assert np.array_equal(episode_weights(tmp_path, episodes=[4, 1], video_resize=(10, 20))[2],
                           rows[[4, 1]] * 200)
+
+
+def test_lerobot_loaded_shard_resumes(tmp_path, rng):
+    """A set loaded as one rank's episodes resumes at its saved world size exactly; at another it does not
+    hold the episodes the rest of the epoch needs, and says so (the whole set, sharded by the loader, can)."""
+    from lerobot_forge import write_lerobot
+    write_lerobot(tmp_path, rng, lengths=(6, 9, 5, 7, 12, 3, 8))
+    w = {"state": Window("observation.state")}
+    parts = [robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=(r, 2)) for r in range(2)]
+    mk = lambda r: DataLoader(parts[r], 4, seed=3, windows=w, rank=r, world_size=2, shard_episodes=True)  # noqa: E731
+    a = mk(0)
+    it = iter(a)
+    next(it), next(it)
+    state = a.state_dict()
+    for r in range(2):
+        straight = [b["state"] for b in mk(r)]
+        b = mk(r)
+        b.load_state_dict(state)
+        rest = [x["state"] for x in b]
+        assert len(rest) == len(straight) - 2 and all(torch.equal(x, y) for x, y in zip(rest, straight[2:]))
+    part3 = robocache.Dataset.from_lerobot(tmp_path, device="cpu", shard_episodes=(0, 3))
+    with pytest.raises(ValueError, match="loaded as one rank's episodes"):
+        DataLoader(part3, 4, seed=3, windows=w, rank=0, world_size=3, shard_episodes=True).load_state_dict(state)
+    whole = robocache.Dataset.from_lerobot(tmp_path, device="cpu")
+    DataLoader(whole, 4, seed=3, windows=w, rank=0, world_size=3, shard_episodes=True).load_state_dict(state)

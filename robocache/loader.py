@@ -338,13 +338,12 @@ class DataLoader:
         size = _count(state, "batch_size", self.batch_size, least=1)
         segments = _segments(state)
         same = world == self.world_size and size == self.batch_size
-        total = state.get("total_samples")
-        if total is None and same and state.get("num_samples", self.num_samples) != self.num_samples:
-            total = -1                          # a state from before total_samples: per-rank counts differ
-        if total is not None and total != self._table.total:
-            raise ValueError(f"load_state_dict: total_samples was {total!r} when saved, this loader has "
-                             f"{self._table.total} (num_samples {state.get('num_samples')!r} per rank then, "
-                             f"{self.num_samples} now); resume would not reproduce the saved order")
+        # the samples of an epoch over all ranks (a state from before total_samples: this rank's, where
+        # the sizes are the same)
+        for k, mine in (("total_samples", self._table.total), ("num_samples", self.num_samples)):
+            if k in state and state[k] != mine and (k == "total_samples" or same and "total_samples" not in state):
+                raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has {mine!r}; "
+                                 f"resume would not reproduce the saved order")
         if not same or segments:
             if self.sampler is not None:
                 raise ValueError(f"load_state_dict: saved at world_size {world}, batch_size {size}; this loader "
@@ -353,21 +352,14 @@ class DataLoader:
         if not same:
             # the saved job's part of the epoch is done: a new segment over the samples left
             segments, batch = [*segments, (world, size, batch)], 0
+        n, b = self._table.count(epoch, segments), self.batch_size
+        batches = n // b if self.drop_last else -(-n // b)
+        if batch > batches:
+            raise ValueError(f"load_state_dict: batch {batch} out of range for {batches} batches")
         self._hold(epoch, segments)
-        pos = _Position(epoch, segments, 0, self._batches(epoch, segments))
-        if batch > pos.batches:
-            raise ValueError(f"load_state_dict: batch {batch} out of range for {pos.batches} batches")
-        pos.batch = batch
-        self._pos, self._fresh = pos, True
+        self._pos, self._fresh = _Position(epoch, segments, batch, batches), True
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
-
-    def _batches(self, epoch: int, segments) -> int:
-        """Batches of this rank in ``epoch`` after ``segments`` (``len(self)`` for a whole epoch)."""
-        if not segments:
-            return len(self)
-        n, b = int(self._order(epoch, segments).shape[0]), self.batch_size
-        return n // b if self.drop_last else -(-n // b)
 
     @property
     def samples(self):

@@ -228,6 +228,16 @@ class Samples:
             return self.shard.n
         return int(self.episode.shape[0])
 
+    def count(self, epoch: int, segments) -> int:
+        """This rank's samples in ``epoch`` after ``segments`` (``len(self)`` for a whole epoch)."""
+        if not segments or self.sampler is not None:
+            return len(self)
+        if self.shard is not None:
+            return int(self._segment(epoch, len(segments), self.world_size, self.rank,
+                                     self._left(epoch, segments)).size)
+        rest, w = self.total - self._start(segments), self.world_size
+        return rest // w if self.drop_last else -(-rest // w)
+
     def consumed(self, epoch: int, segments) -> int:
         """Samples of ``epoch`` yielded by all ranks together (each once, wrap repeats not counted) after
         ``segments`` ``(world_size, batch_size, batches)``, the last the current one."""

@@ -282,11 +282,10 @@ def test_two_nodes_hold_their_ranks_episodes(tmp_path, DATA):
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     nodes_res = [json.loads((tmp_path / f"nodes-rank{r}.json").read_text()) for r in range(2)]
     one_res = [json.loads((tmp_path / f"one-rank{r}.json").read_text()) for r in range(2)]
-    videos = DATA / "groot_picknplace" / "videos" / "chunk-000" / "observation.images.ego_view"
     for r, (a, b) in enumerate(zip(nodes_res, one_res)):
         assert a["world"] == 2 and a["node"] == r
         # the node holds and has cached only its rank's episodes' videos
-        assert a["cached"] == sorted(str(videos / f"episode_{e:06d}.mp4") for e in a["held"]), a
+        assert sorted(Path(p).name for p in a["cached"]) == [f"episode_{e:06d}.mp4" for e in a["held"]], a
         assert a["held"] != list(range(5))
         # the global order (and the frames) are the one-node job's
         assert (a["held"], a["batches"], a["ids"], a["cam"]) == (b["held"], b["batches"], b["ids"], b["cam"])

@@ -201,7 +201,8 @@ def table(res: dict) -> list[str]:
     lines = [f"{res['device']}, torch {res['torch']}, robocache {res['robocache']}; batch {res['config']['batch']} "
              f"per rank, {res['config']['episodes_per_rank']} episodes x {res['config']['steps']} steps per rank, "
              f"frames {res['config']['height']}x{res['config']['width']}",
-             "| set | DDP step | ranks | per rank, slowest | per rank, median | total | per rank vs 1 rank | shard build s |",
+             "| set | DDP step | ranks | per rank, slowest | per rank, median | total | per rank vs 1 rank "
+             "| shard build s |",
              "|---|---|---|---|---|---|---|---|"]
     groups: dict = {}
     for r in res["rows"]:

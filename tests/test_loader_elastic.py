@@ -134,3 +134,20 @@ def test_resume_a_finished_epoch_and_bad_states():
     sl = DataLoader(ds, 6, shuffle=False, windows={"x": "x"}, sampler=range(50))
     with pytest.raises(ValueError, match="sampler"):
         sl.load_state_dict({**sl.state_dict(), "batch_size": 3})
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shard", [False, True], ids=["replicated", "shard_episodes"])
+def test_resume_at_another_world_size_cuda(shard):
+    """The same on the GPU (graph-replayed batches over a resumed epoch's shorter tables; a shard moved to
+    the device, and the episodes of the rest copied there at the resume)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    ds = id_dataset(LENGTHS)
+    kw = dict(seed=7, shard_episodes=shard, device="cuda")
+    before, state = run(ds, 2, 6, stop=3, **kw)
+    after, _ = run(ds, 3, 6, state=state, **kw)
+    rest = len(all_ids(LENGTHS)) - state["samples"]
+    assert check_rest(before, after, LENGTHS, drop_last=False) == 3 * len(after[0]) - rest
+    cpu = run(ds, 3, 6, state=state, **{**kw, "device": "cpu"})[0]
+    assert after == cpu

@@ -475,7 +475,8 @@ class DataLoader:
                 host_order = self._table.host_order   # this epoch's, on the host (the task text)
                 if graphed and self._graph is not None:
                     self._graph.reset(start)
-            full = self.num_samples // self.batch_size      # batches of batch_size samples
+            # batches of batch_size samples (of this part of the epoch: a resumed one's rest is shorter)
+            full = int(times.shape[0]) // self.batch_size
 
             def prepare(k, wait=0):
                 """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event).

@@ -287,3 +287,30 @@ def test_lerobot_loaded_shard_resumes(tmp_path, rng):
         DataLoader(part3, 4, seed=3, windows=w, rank=0, world_size=3, shard_episodes=True).load_state_dict(state)
     whole = robocache.Dataset.from_lerobot(tmp_path, device="cpu")
     DataLoader(whole, 4, seed=3, windows=w, rank=0, world_size=3, shard_episodes=True).load_state_dict(state)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_samples(seed):
+    """shard.rank_samples: every sample on exactly one rank; whole episodes where they balance the ranks to
+    TOLERANCE of an epoch both ways, else runs balanced to a sample, an episode cut at most once per rank
+    boundary."""
+    from robocache.shard import TOLERANCE, assign, rank_samples
+    r = np.random.default_rng(seed)
+    counts = r.integers(1, 400, r.integers(1, 40))
+    weights = counts * r.integers(1, 5, counts.size)
+    start = np.concatenate([[0], np.cumsum(counts)])
+    N = int(start[-1])
+    for world in (1, 2, 3, 8):
+        plan = rank_samples(counts, weights, world)
+        flat = np.concatenate(plan)
+        assert np.array_equal(np.sort(flat), np.arange(N)) and all(np.all(np.diff(p) > 0) for p in plan)
+        sizes = np.array([p.size for p in plan])
+        eps = [set(np.searchsorted(start, p, side="right") - 1) for p in plan]
+        owner = assign(weights, world)
+        held = np.bincount(owner, weights=counts, minlength=world)
+        whole = held.min() > 0 and max(world * held.max() - N, N - world * held.min()) <= TOLERANCE * N
+        if whole:
+            assert [sorted(e) for e in eps] == [sorted(np.flatnonzero(owner == k)) for k in range(world)]
+        else:
+            assert sizes.max() - sizes.min() <= 1
+            assert sum(len(e) for e in eps) <= counts.size + world - 1

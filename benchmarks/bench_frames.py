@@ -7,6 +7,7 @@ against that PyTorch code and the floor: bytes moved / measured copy bandwidth.
 
     python benchmarks/bench_frames.py [--frames N] [--iters K] [--cpu] [--sweep] [--json PATH]
                                       [--where device,pinned] [--outs u8_hwc,f32_chw,f32_hwc,f16_hwc]
+    python benchmarks/bench_frames.py --smoke      # CI: the CPU path's checks, in seconds
 
 --sweep reruns the robocache rows with other shared-memory stage sizes
 (ROBOCACHE_FRAMES_STAGE_BYTES, read once per process, hence the subprocesses).
@@ -63,6 +64,51 @@ def torch_batch(frames_u8_hwc, out_kind, resize):
         x = x.div_(255.0).contiguous(memory_format=torch.channels_last)
         return x.half() if out_kind == "f16_hwc" else x
     return x.div_(255.0)
+
+
+def output(out_kind, b, oh, ow, dev):
+    """(the batch tensor, its [b, oh, ow, C] view that gather_frames writes, gather_frames' scale keyword)."""
+    if out_kind == "u8_hwc":
+        out = torch.empty(b, oh, ow, C, dtype=torch.uint8, device=dev)
+        return out, out, {}
+    if out_kind in ("f32_hwc", "f16_hwc"):      # [b, 3, H, W] channels-last, as the loader's
+        dt = torch.float16 if out_kind == "f16_hwc" else torch.float32
+        view = torch.empty(b, oh, ow, C, dtype=dt, device=dev)
+        return view.permute(0, 3, 1, 2), view, {"scale": 255.0}
+    out = torch.empty(b, C, oh, ow, dtype=torch.float32, device=dev)
+    return out, out.permute(0, 2, 3, 1), {"scale": 255.0}
+
+
+def max_diff(got, ref, out_kind, resize):
+    """(largest difference of robocache's batch from PyTorch's, what it may be)."""
+    diff = (got.float() - ref.float()).abs().max().item()
+    # uint8: exact without resize, torch's rounding of ties with it; float: torch on CUDA divides by
+    # 255 as a multiply by 1/255 (an ulp from robocache's true division)
+    tol = (0.0 if resize is None else 1.0) if out_kind == "u8_hwc" else 1e-6
+    if out_kind == "f16_hwc":
+        tol = 1e-3  # a float16 ulp near 1: torch rounds its x * (1/255) product, robocache x / 255
+    return diff, tol
+
+
+def smoke() -> int:
+    """CI (--smoke): the CPU path of every storage format and output, with and without the resize, on a
+    few frames, checked against the PyTorch batch; 1 on any difference. Nothing is timed."""
+    gen = torch.Generator().manual_seed(0)
+    stores = {"rgb": torch.randint(0, 256, (6, H, W, C), dtype=torch.uint8, generator=gen),
+              "yuv420": torch.randint(0, 256, (6, YUV_BYTES), dtype=torch.uint8, generator=gen)}
+    ids = torch.randint(0, 6, (3,), generator=gen)
+    failed = 0
+    for fmt, storage in stores.items():
+        frames = storage[ids] if fmt == "rgb" else torch_yuv_to_rgb(storage[ids])
+        for out_kind in ("u8_hwc", "f32_chw", "f32_hwc", "f16_hwc"):
+            for resize in (None, R):
+                oh, ow = (resize, resize) if resize else (H, W)
+                out, view, kw = output(out_kind, len(ids), oh, ow, "cpu")
+                _C.gather_frames(storage, ids, view, format=fmt, height=H, width=W, channels=C, **kw)
+                diff, tol = max_diff(out, torch_batch(frames, out_kind, resize), out_kind, resize)
+                print(f"bench_frames smoke: {fmt} {out_kind} resize={resize}: max diff {diff:g} (tolerance {tol:g})")
+                failed += not diff <= tol
+    return 1 if failed else 0
 
 
 def median_ms(fn, iters, warmup=5, cuda=True):
@@ -135,17 +181,7 @@ def run(args):
                 for resize in (None, R):
                     oh = ow = resize or None
                     oh, ow = (oh, ow) if resize else (H, W)
-                    if out_kind == "u8_hwc":
-                        out = torch.empty(B, oh, ow, C, dtype=torch.uint8, device=dev)
-                        view, kw = out, {}
-                    elif out_kind in ("f32_hwc", "f16_hwc"):  # [B, 3, H, W] channels-last, as the loader's
-                        dt = torch.float16 if out_kind == "f16_hwc" else torch.float32
-                        out = torch.empty(B, oh, ow, C, dtype=dt, device=dev)
-                        view, kw = out, {"scale": 255.0}
-                        out = out.permute(0, 3, 1, 2)
-                    else:
-                        out = torch.empty(B, C, oh, ow, dtype=torch.float32, device=dev)
-                        view, kw = out.permute(0, 2, 3, 1), {"scale": 255.0}
+                    out, view, kw = output(out_kind, B, oh, ow, dev)
 
                     def ours(i, storage=storage, view=view, kw=kw, fmt=fmt):
                         _C.gather_frames(storage, ids_dev[i % K], view, format=fmt, height=H, width=W, channels=C,
@@ -166,14 +202,7 @@ def run(args):
 
                     # correctness first: robocache against the PyTorch batch
                     ours(0)
-                    ref = theirs(0)
-                    got = out
-                    diff = (got.float() - ref.float()).abs().max().item()
-                    # uint8: exact without resize, torch's rounding of ties with it; float: torch on CUDA
-                    # divides by 255 as a multiply by 1/255 (an ulp from robocache's true division)
-                    tol = (0.0 if resize is None else 1.0) if out_kind == "u8_hwc" else 1e-6
-                    if out_kind == "f16_hwc":
-                        tol = 1e-3  # a float16 ulp near 1: torch rounds its x * (1/255) product, robocache x / 255
+                    diff, tol = max_diff(out, theirs(0), out_kind, resize)
                     if not diff <= tol:
                         print(f"CHECK FAILED: {fmt} {where} {out_kind} resize={resize}: max diff {diff}", file=sys.stderr)
                     t_ours = median_ms(ours, args.iters)
@@ -235,7 +264,10 @@ def main(argv=None):
     ap.add_argument("--outs", default="u8_hwc,f32_chw",
                     help="outputs to time, of u8_hwc, f32_chw, f32_hwc, f16_hwc (default u8_hwc,f32_chw)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--smoke", action="store_true", help="CI: the CPU path checked on a few frames, not timed")
     args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke()
     if not torch.cuda.is_available() or not _C.WITH_CUDA:
         print("bench_frames: needs a CUDA GPU and a CUDA build of robocache", file=sys.stderr)
         return 1
@@ -267,7 +299,7 @@ def main(argv=None):
         else:
             with open(args.json, "w") as f:
                 f.write(text)
-    return 0
+    return 1 if any(not r.get("check", True) for r in res["rows"]) else 0
 
 
 if __name__ == "__main__":

@@ -161,7 +161,10 @@ class GpuGather:
             anchor_row = start + torch.floor((t - s._ends()[0].to(device)[ep]) * float(w.rate) + 0.5).long()
             k = {"key": key, "steps": torch.as_tensor(list(w.indices), device=device)[None, :],
                  "rows": torch.stack([anchor_row, start, end - 1], 1),     # [N, 3]: one gather per batch
-                 "values": s.values.to(device), "kind": s.kind, "layout": w.layout}
+                 # image streams hold a FrameStore, whose indexing flattens the index: a user of plain
+                 # PyTorch holds the decoded [N, H, W, C] frames as one tensor
+                 "values": (s.values[:] if s.frames is not None else s.values).to(device), "kind": s.kind,
+                 "layout": w.layout}
             if w.normalize:
                 st = s.stats
                 if w.normalize == "mean_std":
@@ -396,14 +399,18 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--cpu-smoke", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: every contender's checks and loops on the CPU in seconds (batch 8, a few batches, "
+                         "no workers); not a measurement")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available() and not args.cpu_smoke:
-        print("bench_loader needs a CUDA GPU (--cpu-smoke runs its checks and loops on the CPU, untimed)")
+    if args.smoke:
+        args.quick, args.batch_size, args.workers = True, 8, 0
+    if not torch.cuda.is_available() and not args.smoke:
+        print("bench_loader needs a CUDA GPU (--smoke runs its checks and loops on the CPU, untimed)")
         return 1
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     B = args.batch_size
-    n = 30 if args.quick else 300
+    n = 3 if args.smoke else 30 if args.quick else 300
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "CPU (smoke run, not a measurement)"
     print(f"{gpu}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
           f"robocache {robocache.__version__}; batch {B}, torch DL {args.workers} workers")
@@ -433,9 +440,9 @@ def main(argv=None) -> int:
         rows["robocache"] = throughput(endless(lambda: iter(rc)), B, n, warm=5)
         rows["robocache eager"] = throughput(endless(lambda: iter(rce)), B, n, warm=5)
         rows["torch GPU gather"] = throughput(iter(lambda: gg.batch(B), None), B, n, warm=5)
-        nt = max(10, n // (5 if name != "picknplace" else 2))
+        nt = n if args.smoke else max(10, n // (5 if name != "picknplace" else 2))
         rows["torch DL"] = throughput(to_gpu(endless(lambda: iter(tdl)), dev), B, nt, warm=2 * args.workers + 2)
-        if name == "picknplace+frame" and not args.cpu_smoke:
+        if name == "picknplace+frame" and not args.smoke:
             rows["torch DL, mp4 decode"] = mp4_row(args, cpu_ds, w, first, B, dev)
         for who, r in rows.items():
             results["rows"].append({"set": name, "loader": who, **r})

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scale.py [--frames 3000000] [--json OUT]
     python benchmarks/bench_scale.py --decode-only        # the codec comparison alone
+    python benchmarks/bench_scale.py --smoke              # CI: every part on the CPU at toy size
 
 The set: DROID-shaped (3 cameras at 180x320, 15 fps, 300-step episodes, state [8], action chunks
 [16, 7]) with --frames camera frames in the compressed tier (JPEG at --qscale, bytes in host RAM,
@@ -354,6 +355,49 @@ class PyAVSamples(torch.utils.data.Dataset):
 # ---------------------------------------------------------------------------------------------
 
 
+def smoke() -> int:
+    """CI (--smoke): every part on the CPU at toy size, in seconds, nothing timed that means anything: the
+    codec at one qscale, a 2-episode compressed set (decoded by PyAV on the CPU, the tier's reference)
+    through the loader, a step of the small and GR00T-shaped policies on its batch, the PyAV torch
+    contender on one AV1 episode, the host tier. Any error is raised (a non-zero exit)."""
+    dev = torch.device("cpu")
+    pool = camera_pool(8)
+    q = quality(pool[:4], qscales=(2,))[0]
+    assert q["psnr_db"] > 30, q
+    pdata, poff = pack(encode_all(pool, H, W, 2))
+    E, rng = 2, np.random.default_rng(0)
+    stores = {}
+    for k, c in enumerate(CAMS):
+        data, offsets = replicate(pdata, poff, E, seed=k)
+        stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed", device=dev,
+                               matrix="bt601", offsets=offsets, qscale=2)
+    times, eps = [np.arange(EP_LEN) / FPS] * E, lowdim(E, rng)
+    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (st, times) for c, st in stores.items()})
+    loader = robocache.DataLoader(ds, 4, shuffle=True, seed=0, windows=windows(), drop_last=True)
+    r = rate(lambda: iter(loader), 4, 2, 1, dev)
+    batch = next(iter(loader))
+    assert batch[CAMS[0]].shape == (4, 1, 3, H, W), batch[CAMS[0]].shape
+    model = Policy(width=8)
+    ((model(batch) - batch["action"]) ** 2).mean().backward()
+    groot = GrootSized(len(CAMS), STATE, ACTION, CHUNK, vision_layers=1, head_layers=1)
+    groot.loss(batch["state"], [batch[c][:, 0] for c in CAMS], batch["action"]).backward()
+    with tempfile.TemporaryDirectory(prefix="bench-scale-smoke-") as tmp:
+        mp4s = encode_mp4s(pool, 1, Path(tmp))
+        tds = PyAVSamples(mp4s, [{k: (v[0], v[1]) for k, v in eps[0].items()}])
+        tb = next(iter(torch.utils.data.DataLoader(tds, 2, shuffle=True)))
+        assert tb[CAMS[0]].shape[0] == 2, tb[CAMS[0]].shape
+    dec = np.empty((len(poff) - 1, yuv420_bytes(H, W)), np.uint8)
+    decode_rows_cpu(pdata, poff, np.arange(len(poff) - 1), dec, H, W)
+    hstores = {c: FrameStore.create(dec[np.resize(np.arange(len(dec)), EP_LEN)], format="yuv420", height=H,
+                                    width=W, tier="cpu", device=dev) for c in CAMS}
+    hds = robocache.Dataset.from_episodes(eps[:1], device=dev, frames={c: (st, times[:1]) for c, st in hstores.items()})
+    hb = next(iter(robocache.DataLoader(hds, 4, seed=0, windows=windows())))
+    assert hb[CAMS[0]].shape == (4, 1, 3, H, W)
+    print(f"bench_scale smoke: ok (codec {q['bytes_per_frame']:.0f} B/frame at {q['psnr_db']:.1f} dB; "
+          f"compressed loader {r['samples_per_s']:.0f} samples/s on the CPU, not a measurement)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=3_060_000, help="camera frames in the set (all 3 cameras)")
@@ -373,7 +417,10 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], choices=["decode", "ingest", "host"],
                     help="parts left out (a shorter run)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="CI: every part on the CPU at toy size, not timed")
     args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke()
     if not torch.cuda.is_available():
         print("bench_scale needs a CUDA GPU")
         return 1

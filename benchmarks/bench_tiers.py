@@ -1,6 +1,7 @@
 """Frame tiers end to end: loader samples/s and GR00T-style step cost with one 480x640 frame per sample.
 
     python benchmarks/bench_tiers.py --data PATH [--big-gb 75] [--disk-gb 40] [--json OUT]
+    python benchmarks/bench_tiers.py --smoke        # CI: every tier the CPU has, at toy size
 
 Sets:
   real      a LeRobot v2.1 AV1 set (--data; e.g. shared/data/cr5_flashdrive_av1, one 480x640 camera),
@@ -67,9 +68,9 @@ def generated(lengths, fmt: str, tier: str, dev, path=None) -> robocache.Dataset
     N = int(sum(lengths))
     row = yuv420_bytes(H, W) if fmt == "yuv420" else H * W * 3
     shape = (N, row) if fmt == "yuv420" else (N, H, W, 3)
-    chunk = max(1, (1 << 30) // row)
-    src = torch.randint(0, 256, (chunk,) + shape[1:], dtype=torch.uint8, device=dev)  # 1 GB of pixels
-    if tier == "device":
+    chunk = max(1, min(N, (1 << 30) // row))
+    src = torch.randint(0, 256, (chunk,) + shape[1:], dtype=torch.uint8, device=dev)  # up to 1 GB of pixels
+    if tier in ("device", "cpu"):
         data = torch.empty(shape, dtype=torch.uint8, device=dev)
     elif tier == "host":
         from robocache.frames.pinned import pinned_empty
@@ -124,6 +125,43 @@ def step_cost(loops: dict, fixed_batch, rounds, steps, dev, policy) -> dict:
     return bl.step_costs(fixed, loops, rounds, steps, dev, policy)
 
 
+def smoke() -> int:
+    """CI (--smoke): the generated sets in every tier the CPU has (memory as RGB and YUV, the host and the
+    disk tiers' stores) through the loader, each tier's batches equal, and a step of the small policy on
+    one; the PyAV contender on a sample of the real set when it is there. Any error is raised."""
+    import tempfile
+    dev, B = torch.device("cpu"), 4
+    lengths = [12, 9]
+    got = {}
+    with tempfile.TemporaryDirectory(prefix="bench-tiers-smoke-") as tmp:
+        for fmt, tier in (("rgb", "cpu"), ("yuv420", "cpu"), ("yuv420", "host"), ("yuv420", "disk")):
+            path = Path(tmp) / "frames.npy" if tier == "disk" else None
+            torch.manual_seed(0)                      # the same pixels in every tier
+            ds = generated(lengths, fmt, tier, dev, path)
+            r = loader_rate(ds, "cam", B, 2)
+            got[(fmt, tier)] = next(iter(robocache.DataLoader(ds, B, seed=3, windows=windows("cam"))))
+            print(f"bench_tiers smoke: generated {fmt} {tier}: {r['samples_per_s']:.0f} samples/s (not a measurement)")
+    ref = got[("yuv420", "cpu")]
+    for key, b in got.items():
+        if key[0] == "yuv420":
+            assert all(torch.equal(b[k], ref[k]) for k in ref), f"{key}: batches differ from the memory tier's"
+    model, loss_of = bl.make_policy("small", dev)
+    loss_of(model, ref).backward()
+    data = ROOT.parent / "shared" / "data" / "cr5_flashdrive_av1"
+    if (data / "meta" / "info.json").is_file():
+        info = json.loads((data / "meta" / "info.json").read_text())
+        tmpl, chunk = info["video_path"], int(info.get("chunks_size", 1000))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = robocache.Dataset.from_lerobot(data, episodes=[0], load_video=False, device=dev)
+        paths = [str(data / tmpl.format(episode_chunk=e.index // chunk, video_key=CAM, episode_index=e.index))
+                 for e in ds.episodes]
+        sample = PyAVFrames(ds, paths, windows(CAM))[5]
+        assert sample["image"].shape == (1, 3, H, W), sample["image"].shape
+    print("bench_tiers smoke: ok")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=False, help="LeRobot v2.x AV1 set (one 480x640 camera)")
@@ -139,7 +177,10 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", nargs="+", default=["small", "groot"], choices=["small", "groot"],
                     help="step cost with examples/train_groot_style.py's policy and/or the GR00T-sized one")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="CI: every tier the CPU has, at toy size, not timed")
     args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke()
     dev = torch.device("cuda")
     B = args.batch_size
     res = {"gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__, "batch": B, "rows": {}}

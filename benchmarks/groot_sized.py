@@ -81,3 +81,24 @@ class GrootSized(nn.Module):
             keep = (~pad).float()
             return (err * keep).sum() / keep.sum().clamp(min=1)
         return err.mean()
+
+
+def smoke() -> int:
+    """CI (--smoke): a one-layer model of this shape, one loss and backward on random inputs on the CPU."""
+    torch.manual_seed(0)
+    m = GrootSized(2, 8, 7, 16, vision_layers=1, head_layers=1)
+    loss = m.loss(torch.randn(2, 1, 8), [torch.rand(2, 3, 96, 128) for _ in range(2)], torch.randn(2, 16, 7),
+                  pad=torch.arange(16).expand(2, 16) > 12)
+    loss.backward()
+    assert torch.isfinite(loss) and m.out.weight.grad is not None and m.patch.weight.grad is None
+    print(f"groot_sized smoke: loss {loss.item():.3f}, the action head trained, the vision frozen")
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="the GR00T-sized policy of bench_scale.py and bench_tiers.py")
+    ap.add_argument("--smoke", action="store_true", help="CI: a one-layer model's loss and backward on the CPU")
+    if not ap.parse_args().smoke:
+        ap.error("this module is a policy for the benchmarks; --smoke checks it runs")
+    raise SystemExit(smoke())

@@ -53,18 +53,21 @@ def _torch():
 
 
 def _lerobot_shard(path, shard_episodes, episodes, video_resize):
-    """(this rank's episodes, (rank, world, samples per rank)) of a LeRobot set, from its metadata."""
+    """(this rank's episodes, its ``shard.LoadedShard``) of a LeRobot set, from its metadata: the
+    episodes holding the rank's samples (``shard.rank_samples``: whole episodes, or runs of samples
+    when whole episodes cannot balance the ranks, an episode then read by the two ranks sharing it)."""
     from .readers.lerobot import episode_weights
-    from .shard import assign, rank_world
+    from .shard import LoadedShard, rank_samples, rank_world
     rank, world = rank_world(shard_episodes)
     ids, rows, weights = episode_weights(path, episodes=episodes, video_resize=video_resize)
-    owner = assign(weights, world)
-    mine = [e for e, o in zip(ids, owner) if o == rank]
+    plan = rank_samples(rows, weights, world)
+    start = np.concatenate([[0], np.cumsum(rows)])
+    mine = [ids[i] for i in np.unique(np.searchsorted(start, plan[rank], side="right") - 1)]
     if not mine:
         raise ValueError(f"shard_episodes: rank {rank} of {world} gets none of the {len(ids)} episodes; "
                          f"use fewer ranks or shard_episodes=False")
-    samples = np.bincount(owner, weights=rows, minlength=world).astype(np.int64).tolist()
-    return mine, (rank, world, samples)
+    return mine, LoadedShard(rank, world, [int(p.size) for p in plan], np.asarray(rows, np.int64),
+                             np.asarray(weights, np.int64))
 
 
 def _check_spans(video: dict, counts, ids) -> None:
@@ -271,6 +274,10 @@ class Stream:
         self._offsets_host = offsets.cpu().numpy()
         self._frame_offsets_host = frame_offsets.cpu().numpy() if frame_offsets is not None else None
         self._cache: dict[str, Any] = {}
+        # a subset's or a copy's statistics are those of the stream it came from, computed there
+        # when first asked for (a shard's construction then costs the bytes it keeps, not a pass
+        # over every frame of the whole set for statistics no window may use)
+        self._stats_of: Stream | None = None
 
     # --- shape and size ------------------------------------------------------------------
 
@@ -397,8 +404,20 @@ class Stream:
         empty streams give NaN.
         """
         if "stats" not in self._cache:
-            self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
+            if self._stats_of is not None:
+                self._cache["stats"] = {k: v.to(self.device) for k, v in self._stats_of.stats.items()}
+                self._stats_of = None
+            else:
+                self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
         return self._cache["stats"]
+
+    def _share_stats(self, other: "Stream") -> None:
+        """``other`` (a subset or a copy of this stream) takes this stream's statistics: now when they are
+        computed, else when first asked for."""
+        if "stats" in self._cache:
+            other._cache["stats"] = {k: v.to(other.device) for k, v in self._cache["stats"].items()}
+        else:
+            other._stats_of = self._stats_of if self._stats_of is not None else self
 
     def _compute_stats(self) -> dict:
         torch = _torch()
@@ -502,12 +521,14 @@ class Stream:
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
         if "rate" in self._cache:
             s._cache["rate"] = self._cache["rate"]
+        self._share_stats(s)
         return s
 
     def subset(self, episodes: Sequence[int]) -> "Stream":
         """The stream with only ``episodes`` (in that order), copied on the same device.
         Statistics and the measured rate are the full stream's, so a shard normalizes
-        exactly as the whole dataset does."""
+        exactly as the whole dataset does (the statistics computed when first asked for: the
+        subset holds the full stream until then)."""
         torch = _torch()
         eps = np.asarray(episodes, dtype=np.int64).reshape(-1)
         off = self._offsets_host
@@ -529,7 +550,7 @@ class Stream:
         s = Stream(self.name, self.kind, self.mode, values, times, put(offsets), frame_offsets=frame_offsets,
                    feature_names=self.feature_names, file_stats=self.file_stats,
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
-        s._cache["stats"] = self.stats
+        self._share_stats(s)
         s._cache["rate"] = self.rate
         return s
 

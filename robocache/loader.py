@@ -84,7 +84,9 @@ class DataLoader:
         Instead, split the episodes between ranks (heaviest first, each to the rank with the least
         so far; weight: the bytes of the episode's image frames, which vary per frame in the
         compressed tier, else its samples) and keep only this rank's: ``ds.subset(mine)``, then
-        ``device``. Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
+        ``device``. When whole episodes cannot balance the ranks to 1% of an epoch, the sample table is
+        cut into equal runs instead (an episode may then be held by two ranks, each anchoring on its own
+        samples). Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
         holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
         with fewer samples wrap (or all cut to the smallest with ``drop_last``). A dataset loaded
         with ``Dataset.from_lerobot(..., shard_episodes=True)`` already holds only this rank's
@@ -145,49 +147,44 @@ class DataLoader:
         self.shard_episodes = bool(shard_episodes)
         if sampler is not None and self.shard_episodes:
             raise ValueError("shard_episodes and sampler are mutually exclusive")
-        per_rank = None               # shard_episodes: samples per rank per epoch
+        shard = held = None           # shard_episodes: the whole set's split, this rank's episodes in it
         names = list(dict.fromkeys(n for w in windows.values()
                                    for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
+        # the whole set, when this loader shards it: a resume at another world size may need episodes
+        # of other ranks' shards for the rest of its epoch (load_state_dict)
+        self._whole, self._move_to = None, device
         if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
-            per_rank = loaded_shard(dataset, names, anchor, rate, self.rank, self.world_size, self.shard_episodes,
-                                    drop_last)
-        elif self.shard_episodes and self.world_size > 1:
-            dataset, per_rank = episode_shard(dataset, names, anchor, rate, self.rank, self.world_size, drop_last)
+            shard, held = loaded_shard(dataset, names, anchor, rate, self.rank, self.world_size,
+                                       self.shard_episodes)
+        elif self.shard_episodes:
+            # at one rank too: a state saved at several ranks replays their shards (elastic resume)
+            self._whole = dataset
+            dataset, shard, held = episode_shard(dataset, names, anchor, rate, self.rank, self.world_size)
         if device is not None:
             dataset = dataset.to(device)
         if generator is not None:
             seed = int(torch.randint(0, 2**63 - 1, (), generator=generator))
-        self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.seed = int(seed)
         self.sampler = sampler
         self.collate_fn = collate_fn
-        self.device = dataset.device
         self.windows = dict(windows)
-        self._plans = [_plan(str(k), w, dataset) for k, w in self.windows.items()]
-        self._offsets = torch.cat([p.offsets for p in self._plans])
-        ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
-        self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
-        names = list(dict.fromkeys(n for p in self._plans for n in p.names))
-        self._table = Samples(dataset, names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
-                              seed=self.seed, sampler=sampler, rank=self.rank, world_size=self.world_size,
-                              per_rank=per_rank)
-        self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
-        self._identity(identity)
+        self._samples_args = (anchor, rate, identity)
+        self._graph, self._tables = None, None
+        self._bind(dataset, shard, held)
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
             self.anchor = dataset.anchor
         self.rate = rate
-        # position: the next iter() starts batch `_batch` of epoch `_epoch` when `_fresh`
-        # (after construction, set_epoch or load_state_dict), else the next epoch from its start
-        self._epoch, self._batch, self._fresh = 0, 0, True
+        # position: where the next iter() starts when `_fresh` (after construction, set_epoch or
+        # load_state_dict), else the last created iterator's, which it moves (the next iter() then
+        # starts the epoch after it)
+        self._pos, self._fresh = _Position(0, [], 0, len(self)), True
         # CUDA: full batches replay a captured graph (batch_graph.py); built at the second batch
-        # disk-tier frames are staged by the host per batch: host work a graph replay cannot repeat
-        self._host_plans = any(p.host for p in self._plans)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and not self._host_plans
-        self._graph, self._tables, self._side, self._warm = None, None, None, False
+        self._side, self._warm = None, False
         self._ahead = None             # the thread of host-staged batches (_stager)
         self._graph_lock = threading.Lock()
         if self.drop_last and 0 < self.num_samples < self.batch_size:
@@ -195,6 +192,47 @@ class DataLoader:
             warn(f"robocache.DataLoader: drop_last=True with batch_size={self.batch_size} and {self.num_samples} "
                  f"samples per epoch{' on this rank' if self.world_size > 1 else ''}: every epoch has 0 batches; "
                  f"use a batch_size <= {self.num_samples} or drop_last=False")
+
+    def _bind(self, dataset: Dataset, shard=None, held=None) -> None:
+        """Hold ``dataset`` (with ``shard_episodes``: the episodes ``held`` of the whole set's ``shard``):
+        the windows' plans over it, the sample table, the identity tables."""
+        torch = _torch()
+        anchor, rate, identity = self._samples_args
+        self.dataset = dataset
+        self.device = dataset.device
+        self._plans = [_plan(str(k), w, dataset) for k, w in self.windows.items()]
+        self._offsets = torch.cat([p.offsets for p in self._plans])
+        ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
+        self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
+        names = list(dict.fromkeys(n for p in self._plans for n in p.names))
+        self._table = Samples(dataset, names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
+                              seed=self.seed, sampler=self.sampler, rank=self.rank, world_size=self.world_size,
+                              shard=shard, held=held)
+        self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
+        self._identity(identity)
+        # disk-tier frames are staged by the host per batch: host work a graph replay cannot repeat
+        self._host_plans = any(p.host for p in self._plans)
+        # a graph captured over the dataset held before reads its tables; dropping it waits for its
+        # queued replays (BatchGraph.__del__)
+        self._graph, self._tables = None, None
+
+    def _hold(self, epoch: int, segments) -> None:
+        """``shard_episodes``, an epoch resumed at another world size: hold the episodes of this rank's
+        run of the samples left as well as its shard's (a copy of the whole set's, as at construction)."""
+        table = self._table
+        if table.shard is None or not segments:
+            return
+        need = table.needs(epoch, segments)
+        if np.isin(need, table.held).all():
+            return
+        if self._whole is None:
+            raise ValueError("load_state_dict: the rest of this epoch, saved at another world or batch size, "
+                             "needs episodes this rank's dataset does not hold (it was loaded as one rank's "
+                             "episodes, from_lerobot's shard_episodes): resume at the saved world and batch "
+                             "size, or load the whole set and pass shard_episodes=True to the DataLoader")
+        held = np.union1d(table.held, need)
+        ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
+        self._bind(ds if self._move_to is None else ds.to(self._move_to), table.shard, held)
 
     def _identity(self, identity) -> None:
         """The identity keys asked for, and their tables: ``[E]`` per episode / ``[N]`` per sample on the
@@ -263,35 +301,77 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """The next ``iter()`` yields epoch ``epoch`` from its first batch."""
-        self._epoch, self._batch, self._fresh = int(epoch), 0, True
+        self._pos, self._fresh = _Position(int(epoch), [], 0, len(self)), True
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(int(epoch))
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        return self._pos.epoch
 
     def state_dict(self) -> dict:
-        """Where the next batch comes from: ``{"epoch", "batch", "seed", "num_samples", "batch_size"}``
-        (after a finished epoch, batch 0 of the next)."""
-        e, k = self._epoch, self._batch
-        if not self._fresh and k >= len(self):
-            e, k = e + 1, 0
-        return {"epoch": e, "batch": k, "seed": self.seed, "num_samples": self.num_samples,
-                "batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last,
-                "rank": self.rank, "world_size": self.world_size}
+        """The job's position: where the next batch comes from, for every rank.
+
+        ``epoch``, ``batch`` (batches this rank has been handed in the epoch: the last created
+        iterator's count; after a finished epoch, batch 0 of the next), ``samples`` (samples of the
+        epoch yielded by all ranks together, each counted once), ``segments`` (``[world_size,
+        batch_size, batches]`` of the parts of the epoch run before a resume at another world or batch
+        size), ``total_samples`` (an epoch over all ranks) and the settings the order depends on.
+        Every rank's copy is the same but for ``rank``: any one restores the whole job
+        (``load_state_dict``)."""
+        p = self._pos
+        e, k, segments = p.epoch, p.batch, p.segments
+        if not self._fresh and k >= p.batches:
+            e, k, segments = e + 1, 0, []
+        now = [*segments, [self.world_size, self.batch_size, k]]
+        return {"epoch": e, "batch": k, "samples": self._table.consumed(e, now),
+                "segments": [list(x) for x in segments], "seed": self.seed, "num_samples": self.num_samples,
+                "total_samples": self._table.total, "batch_size": self.batch_size, "shuffle": self.shuffle,
+                "drop_last": self.drop_last, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Resume: the next ``iter()`` yields batch ``state["batch"]`` of ``state["epoch"]`` onward,
-        batch for batch what the saved loader would have yielded."""
-        for k in ("seed", "num_samples", "batch_size", "shuffle", "drop_last", "rank", "world_size"):
+        """Resume: the next ``iter()`` yields the rest of the saved epoch, then the next epochs.
+
+        At the saved world size and batch size: batch ``state["batch"]`` onward, batch for batch
+        what the saved loader would have yielded. At another (elastic resume, e.g. a state saved by
+        rank 0 of 2 loaded by every rank of 3): the rest of the epoch is the samples no rank had
+        yielded, split over this loader's ranks (docs/loader.md, "Resume at another world size")."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"load_state_dict: state must be a dict (a state_dict()), got {type(state).__name__}")
+        for k in ("epoch", "batch"):
+            if k not in state:
+                raise ValueError(f"load_state_dict: state has no {k!r}; give what state_dict() returned")
+        epoch, batch = _count(state, "epoch"), _count(state, "batch")
+        for k in ("seed", "shuffle", "drop_last"):
             if k in state and state[k] != getattr(self, k):
                 raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has "
                                  f"{getattr(self, k)!r}; resume would not reproduce the saved order")
-        self.set_epoch(int(state["epoch"]))
-        if not 0 <= int(state["batch"]) <= len(self):
-            raise ValueError(f"load_state_dict: batch {state['batch']} out of range for {len(self)} batches")
-        self._batch = int(state["batch"])
+        world = _count(state, "world_size", self.world_size, least=1)
+        size = _count(state, "batch_size", self.batch_size, least=1)
+        segments = _segments(state)
+        same = world == self.world_size and size == self.batch_size
+        # the samples of an epoch over all ranks (a state from before total_samples: this rank's, where
+        # the sizes are the same)
+        for k, mine in (("total_samples", self._table.total), ("num_samples", self.num_samples)):
+            if k in state and state[k] != mine and (k == "total_samples" or same and "total_samples" not in state):
+                raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has {mine!r}; "
+                                 f"resume would not reproduce the saved order")
+        if not same or segments:
+            if self.sampler is not None:
+                raise ValueError(f"load_state_dict: saved at world_size {world}, batch_size {size}; this loader "
+                                 f"has {self.world_size}, {self.batch_size} and a sampler, which orders the "
+                                 f"samples itself: resume it at the saved sizes")
+        if not same:
+            # the saved job's part of the epoch is done: a new segment over the samples left
+            segments, batch = [*segments, (world, size, batch)], 0
+        n, b = self._table.count(epoch, segments), self.batch_size
+        batches = n // b if self.drop_last else -(-n // b)
+        if batch > batches:
+            raise ValueError(f"load_state_dict: batch {batch} out of range for {batches} batches")
+        self._hold(epoch, segments)
+        self._pos, self._fresh = _Position(epoch, segments, batch, batches), True
+        if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
 
     @property
     def samples(self):
@@ -301,11 +381,15 @@ class DataLoader:
 
     def order(self, epoch: int | None = None):
         """Sample indices of an epoch (default the current one) in the order its batches take them,
-        ``[num_samples]`` int64 on the device; batch k is ``order[k*batch_size:(k+1)*batch_size]``."""
-        return self._order(self._epoch if epoch is None else int(epoch))
+        ``[num_samples]`` int64 on the device; batch k is ``order[k*batch_size:(k+1)*batch_size]``.
+        The current epoch resumed at another world or batch size: the indices of its rest."""
+        p = self._pos
+        if epoch is None or int(epoch) == p.epoch:
+            return self._order(p.epoch, p.segments)
+        return self._order(int(epoch))
 
-    def _order(self, epoch: int):
-        return self._table.order(epoch)
+    def _order(self, epoch: int, segments=()):
+        return self._table.order(epoch, segments)
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -336,17 +420,20 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[dict]:
         if not self._fresh:
-            self.set_epoch(self._epoch + 1)
+            self.set_epoch(self._pos.epoch + 1)
+        # each iterator counts its own batches; state_dict reads the last created one's
+        p = self._pos
+        # (a whole epoch's batches counted now: a sampler's length may change between epochs)
+        self._pos = pos = _Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
         self._fresh = False
-        epoch, start, n = self._epoch, self._batch, len(self)
         if self.device.type == "cuda":
-            return self._iter_cuda(epoch, start, n)
-        return self._iter_cpu(epoch, start, n)
+            return self._iter_cuda(pos)
+        return self._iter_cpu(pos)
 
-    def _epoch_tables(self, epoch: int, static: bool = False):
-        """Episode and anchor time of each sample in the epoch's order; ``static``: written into
-        the buffers a captured batch graph reads."""
-        order = self._order(epoch)
+    def _epoch_tables(self, pos: "_Position", static: bool = False):
+        """Episode and anchor time of each sample in the order of ``pos``'s epoch (or the rest of it,
+        resumed at another world size); ``static``: written into the buffers a captured batch graph reads."""
+        order = self._order(pos.epoch, pos.segments)
         if not static:
             return (order if self._id_tensors else self._episode[order]), self._time[order]
         torch = _torch()
@@ -364,23 +451,24 @@ class DataLoader:
         torch.index_select(self._time, 0, order, out=self._tables[1])
         return self._tables
 
-    def _hand_over(self, batch: dict):
+    def _hand_over(self, batch: dict, pos: "_Position"):
         if self.collate_fn is not None:
             batch = self.collate_fn(batch)
-        self._batch += 1
+        pos.batch += 1
         return batch
 
-    def _iter_cpu(self, epoch, start, n):
-        episodes, times = self._epoch_tables(epoch)
+    def _iter_cpu(self, pos: "_Position"):
+        episodes, times = self._epoch_tables(pos)
         # this iterator's order on the host (frame ids, task text), kept here: another iterator or
         # loader.order(e) replaces the table's
         host_order = self._table.host_order
-        for k in range(start, n):
+        for k in range(pos.batch, pos.batches):
             batch = self._make(episodes, times, host_order, k)
             self._attach_task(batch, host_order, k)
-            yield self._hand_over(batch)
+            yield self._hand_over(batch, pos)
 
-    def _iter_cuda(self, epoch, start, n):
+    def _iter_cuda(self, pos: "_Position"):
+        start, n = pos.batch, pos.batches
         torch = _torch()
         consumer = torch.cuda.current_stream(self.device)
         if self._side is None:
@@ -399,11 +487,12 @@ class DataLoader:
         graphed = self.cuda_graph and self._graph_lock.acquire(blocking=False)
         try:
             with torch.cuda.stream(side):
-                episodes, times = self._epoch_tables(epoch, static=graphed)
+                episodes, times = self._epoch_tables(pos, static=graphed)
                 host_order = self._table.host_order   # this iterator's, as in _iter_cpu
                 if graphed and self._graph is not None:
                     self._graph.reset(start)
-            full = self.num_samples // self.batch_size      # batches of batch_size samples
+            # batches of batch_size samples (of this part of the epoch: a resumed one's rest is shorter)
+            full = int(times.shape[0]) // self.batch_size
 
             def prepare(k, wait=0):
                 """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event).
@@ -456,7 +545,7 @@ class DataLoader:
                         # hand the memory back to `side` before the consumer's work on it has run
                         v.record_stream(consumer)
                 self._attach_task(batch, host_order, k)
-                yield self._hand_over(batch)
+                yield self._hand_over(batch, pos)
         finally:
             if graphed:
                 if self._graph is not None:
@@ -501,3 +590,40 @@ class DataLoader:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"
         return (f"DataLoader({self.num_samples} samples, batch_size={self.batch_size}, {len(self)} batches, "
                 f"shuffle={self.shuffle}, {where}, keys={list(self.windows)}, device {self.device})")
+
+
+class _Position:
+    """Where an iterator is (or the next one starts): ``epoch``; ``segments``, the earlier parts of the
+    epoch run at other world or batch sizes (``(world_size, batch_size, batches)``, elastic resume);
+    ``batch``, the batches handed over; ``batches``, how many this part of the epoch has."""
+
+    __slots__ = ("epoch", "segments", "batch", "batches")
+
+    def __init__(self, epoch: int, segments, batch: int, batches: int):
+        self.epoch, self.segments, self.batch, self.batches = epoch, [tuple(x) for x in segments], batch, batches
+
+
+def _count(state: Mapping, key: str, default=None, least: int = 0) -> int:
+    """``state[key]`` as an int >= ``least`` (an int or a NumPy integer, never a bool, float or str)."""
+    v = state.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+        raise ValueError(f"load_state_dict: {key} must be an int >= {least}, got {v!r}")
+    return int(v)
+
+
+def _segments(state: Mapping) -> list:
+    """``state["segments"]``: a list of ``[world_size, batch_size, batches]`` ints (world and batch
+    size >= 1)."""
+    raw = state.get("segments", [])
+    if not isinstance(raw, (list, tuple)):
+        raise ValueError(f"load_state_dict: segments must be a list of [world_size, batch_size, batches], "
+                         f"got {raw!r}")
+    out = []
+    for x in raw:
+        if not isinstance(x, (list, tuple)) or len(x) != 3:
+            raise ValueError(f"load_state_dict: segments must be a list of [world_size, batch_size, batches], "
+                             f"got {raw!r}")
+        w, b, k = x
+        out.append((_count({"segments": w}, "segments", least=1), _count({"segments": b}, "segments", least=1),
+                    _count({"segments": k}, "segments")))
+    return out

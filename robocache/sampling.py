@@ -14,7 +14,8 @@ from typing import Iterable
 import numpy as np
 
 from .dataset import Dataset, _torch
-from .shard import assign
+from .shard import rank_samples
+
 
 def epoch_seed(seed: int, epoch: int, *more: int) -> int:
     """64-bit seed of one epoch's order, a pure function of (seed, epoch, *more)."""
@@ -56,6 +57,12 @@ def _wrap(idx, n: int):
     return idx.repeat(-(-n // idx.shape[0]))[:n]
 
 
+def _runs(ids: np.ndarray, world: int) -> list[np.ndarray]:
+    """``ids`` cut into ``world`` runs of ``len // world`` or one more, in order."""
+    cut = ids.size * np.arange(world + 1, dtype=np.int64) // world
+    return [ids[cut[r]:cut[r + 1]] for r in range(world)]
+
+
 def _grid(ds: Dataset, names: list[str], rate: float):
     """Uniform anchors at ``rate`` Hz: per episode the first time and the count, host numpy."""
     torch = _torch()
@@ -79,26 +86,53 @@ def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
     return ds.streams[name].lengths
 
 
-def episode_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, drop_last: bool):
-    """This rank's episodes of ``ds`` (``ds.subset``) and the samples every rank yields per epoch."""
+class Shard:
+    """The split of a whole dataset's samples between ranks (the loader's ``shard_episodes``), kept so
+    that any world size's shards can be made again (elastic resume): samples per episode and what
+    balances the ranks, host int64 ``[E]``. Sample ids index the table of every episode's samples
+    back to back (episode-major)."""
+
+    def __init__(self, counts, weights):
+        self.counts = np.asarray(counts, np.int64)
+        self.weights = np.asarray(weights, np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._plans: dict[int, list[np.ndarray]] = {}
+
+    @property
+    def n(self) -> int:
+        return int(self.start[-1])
+
+    def plan(self, world: int) -> list[np.ndarray]:
+        """Each rank's sample ids at ``world`` ranks (sorted; shard.rank_samples)."""
+        if world not in self._plans:
+            self._plans[world] = rank_samples(self.counts, self.weights, world)
+        return self._plans[world]
+
+    def episode_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.start, ids, side="right") - 1
+
+
+def episode_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int):
+    """This rank's episodes of ``ds`` (``ds.subset``, which it keeps), the :class:`Shard` of the whole set
+    and the kept episodes' positions in ``ds`` (sorted)."""
     counts = _episode_counts(ds, anchor, rate, names)
-    owner = assign(_episode_weights(ds, counts), world)
-    held = np.bincount(owner, weights=counts, minlength=world).astype(np.int64)
-    per_rank = int(held.min() if drop_last else held.max())
-    if per_rank and held.min() == 0:
-        raise ValueError(f"shard_episodes: {int((held == 0).sum())} of {world} ranks get no "
-                         f"samples ({len(ds)} episodes); use shard_episodes=False")
-    return ds.subset(np.flatnonzero(owner == rank)), per_rank
+    shard = Shard(counts, _episode_weights(ds, counts))
+    sizes = np.array([p.size for p in shard.plan(world)])
+    if sizes.max() and sizes.min() == 0:
+        raise ValueError(f"shard_episodes: {int((sizes == 0).sum())} of {world} ranks get no "
+                         f"samples ({len(ds)} episodes, {shard.n} samples); use shard_episodes=False")
+    held = np.unique(shard.episode_of(shard.plan(world)[rank]))
+    return (ds if held.size == len(ds) else ds.subset(held)), shard, held
 
 
-def loaded_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, shard_episodes: bool,
-                 drop_last: bool) -> int:
-    """Samples every rank yields per epoch for a dataset loaded as one rank's episodes
-    (``ds.shard``, from_lerobot's ``shard_episodes``), after checking it is this rank's."""
-    r, w, samples = ds.shard
-    if (r, w) != (rank, world):
-        raise ValueError(f"the dataset holds the episodes of rank {r} of {w} (loaded with shard_episodes) but "
-                         f"this loader is rank {rank} of {world}")
+def loaded_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, shard_episodes: bool):
+    """The :class:`Shard` of the whole set and the positions in it of ``ds``'s episodes, for a dataset
+    loaded as one rank's episodes (``ds.shard``, from_lerobot's ``shard_episodes``), after checking it
+    is this rank's and holds the samples its metadata listed."""
+    loaded = ds.shard
+    if (loaded.rank, loaded.world) != (rank, world):
+        raise ValueError(f"the dataset holds the episodes of rank {loaded.rank} of {loaded.world} (loaded with "
+                         f"shard_episodes) but this loader is rank {rank} of {world}")
     if not shard_episodes:
         raise ValueError("the dataset holds one rank's episodes (loaded with shard_episodes): pass "
                          "shard_episodes=True to the DataLoader too")
@@ -106,14 +140,17 @@ def loaded_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: 
         raise ValueError("a dataset loaded with shard_episodes counts each rank's samples as its metadata's rows "
                          "(the default anchor): pass no anchor= or rate=, or load the whole set and let the "
                          "loader shard it")
-    here = int(_episode_counts(ds, None, None, names).sum())
-    if here != samples[rank]:
-        raise ValueError(f"shard_episodes: this rank holds {here} samples but the metadata listed {samples[rank]} "
-                         f"for its episodes (files skipped, or rows that differ from the metadata); ranks would "
-                         f"yield different batch counts")
-    if min(samples) == 0:
-        raise ValueError(f"shard_episodes: {samples.count(0)} of {world} ranks get no samples")
-    return int(min(samples) if drop_last else max(samples))
+    shard = Shard(loaded.counts, loaded.weights)
+    held = np.unique(shard.episode_of(shard.plan(world)[rank]))
+    here, listed = _episode_counts(ds, None, None, names), shard.counts[held]
+    if here.shape != listed.shape or (here != listed).any():
+        raise ValueError(f"shard_episodes: this rank holds {int(here.sum())} samples in {here.size} episodes but "
+                         f"the metadata listed {int(listed.sum())} in {listed.size} for its episodes (files "
+                         f"skipped, or rows that differ from the metadata); ranks would yield different batch "
+                         f"counts")
+    if min(loaded.samples) == 0:
+        raise ValueError(f"shard_episodes: {loaded.samples.count(0)} of {world} ranks get no samples")
+    return shard, held
 
 
 class Samples:
@@ -121,14 +158,27 @@ class Samples:
 
     ``episode [N]`` int64 and ``time [N]`` float64 on the dataset's device; ``order(epoch)`` the
     sample indices this rank takes in that epoch, on the device.
+
+    An epoch is made of segments: normally one, from its start at this loader's world size; a
+    resume at another world size or batch size (``segments``: ``(world_size, batch_size, batches)``
+    of each earlier part of the epoch, as the saved loaders ran it) starts a new one over the samples
+    no rank has yielded yet. Replicated: the rest of the epoch's global permutation, split as the
+    whole is. ``shard``: the samples left (whole-set ids, in order) cut into one run per rank, each
+    permuted by its rank; the rank reads its run's episodes (``needs``).
     """
 
     def __init__(self, ds: Dataset, names: list[str], anchor, rate, *, shuffle: bool, drop_last: bool, seed: int,
-                 sampler: Iterable[int] | None, rank: int, world_size: int, per_rank: int | None):
+                 sampler: Iterable[int] | None, rank: int, world_size: int, shard: Shard | None = None,
+                 held: np.ndarray | None = None):
         self.shuffle, self.drop_last, self.seed, self.sampler = shuffle, drop_last, seed, sampler
-        self.rank, self.world_size, self.per_rank = rank, world_size, per_rank
+        self.rank, self.world_size = rank, world_size
+        self.shard = shard                        # shard_episodes: the split of the whole set
         self.device = ds.device
         self.episode, self.time = self._table(ds, names, anchor, rate)
+        if shard is not None:
+            # this rank's table holds its episodes (`held`, positions in the whole set) back to back
+            self.held = np.asarray(held, np.int64)
+            self._local = np.concatenate([[0], np.cumsum(shard.counts[self.held])]).astype(np.int64)
         self.host_order = None
         self._host_table = None
 
@@ -162,37 +212,121 @@ class Samples:
         if self.sampler is not None:
             return len(self.sampler)
         n = int(self.episode.shape[0])
+        if self.shard is not None:
+            sizes = [p.size for p in self.shard.plan(self.world_size)]
+            return min(sizes) if self.drop_last else max(sizes)
         if self.world_size == 1:
             return n
-        if self.per_rank is not None:
-            return self.per_rank
         return n // self.world_size if self.drop_last else -(-n // self.world_size)
 
-    def order(self, epoch: int):
-        """This epoch's sample indices on the device: [len(self)] int64."""
+    @property
+    def total(self) -> int:
+        """Samples of an epoch over all ranks, before wrapping or dropping (the sampler's length)."""
+        if self.sampler is not None:
+            return len(self.sampler)
+        if self.shard is not None:
+            return self.shard.n
+        return int(self.episode.shape[0])
+
+    def count(self, epoch: int, segments) -> int:
+        """This rank's samples in ``epoch`` after ``segments`` (``len(self)`` for a whole epoch)."""
+        if not segments or self.sampler is not None:
+            return len(self)
+        if self.shard is not None:
+            return int(self._segment(epoch, len(segments), self.world_size, self.rank,
+                                     self._left(epoch, segments)).size)
+        rest, w = self.total - self._start(segments), self.world_size
+        return rest // w if self.drop_last else -(-rest // w)
+
+    def consumed(self, epoch: int, segments) -> int:
+        """Samples of ``epoch`` yielded by all ranks together (each once, wrap repeats not counted) after
+        ``segments`` ``(world_size, batch_size, batches)``, the last the current one."""
+        if self.sampler is not None:
+            return min(sum(b * k for _, b, k in segments), len(self.sampler))
+        if self.shard is not None:
+            return self.total - int(self._left(epoch, segments).sum())
+        return self._start(segments)
+
+    def _start(self, segments) -> int:
+        """Replicated: the position in the epoch's global permutation after ``segments``."""
+        n, s = self.total, 0
+        for w, b, k in segments:
+            rest = n - s
+            per = rest // w if self.drop_last else -(-rest // w)
+            s = min(s + min(b * k, per) * w, n)
+        return s
+
+    def _left(self, epoch: int, segments) -> np.ndarray:
+        """``shard``: the samples (bool ``[N]`` over the whole set) no rank has yielded after ``segments``."""
+        left = np.ones(self.shard.n, bool)
+        for i, (w, b, k) in enumerate(segments):
+            taken = [self._segment(epoch, i, w, r, None if i == 0 else left)[:b * k] for r in range(w)]
+            for t in taken:
+                left[t] = False
+        return left
+
+    def _segment(self, epoch: int, i: int, world: int, rank: int, left) -> np.ndarray:
+        """``shard``: the sample ids (whole set) rank ``rank`` of ``world`` takes in segment ``i`` of
+        ``epoch``: its shard's (``left`` None: the epoch from its start), or its run of the samples
+        ``left`` cut into ``world`` equal runs (a resumed epoch: balanced to a sample, whatever was
+        left); permuted per (seed, epoch, rank[, i]), wrapped to the largest rank's count (cut to the
+        smallest with drop_last). A rank with no run (fewer samples left than ranks) repeats its shard's
+        (the wrap's padding)."""
+        torch = _torch()
+        plan = self.shard.plan(world)
+        owns = plan if left is None else _runs(np.flatnonzero(left), world)
+        sizes = [o.size for o in owns]
+        per = min(sizes) if self.drop_last else max(sizes)
+        own = owns[rank] if owns[rank].size or not per else plan[rank]
+        if self.shuffle:
+            g = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, rank, *((i,) if i else ())))
+            own = own[torch.randperm(own.size, generator=g).numpy()]
+        return np.resize(own, per) if per else own[:0]
+
+    def needs(self, epoch: int, segments) -> np.ndarray:
+        """``shard``: the episodes (positions in the whole set, sorted) this rank reads in ``epoch`` after
+        ``segments``: its shard's, and those of its run of a resumed epoch."""
+        plan = self.shard.plan(self.world_size)[self.rank]
+        ids = plan
+        if segments:
+            ids = np.concatenate([plan, self._segment(epoch, len(segments), self.world_size, self.rank,
+                                                      self._left(epoch, segments))])
+        return np.unique(self.shard.episode_of(ids))
+
+    def _rows(self, ids: np.ndarray) -> np.ndarray:
+        """``shard``: rows of this rank's table of whole-set sample ids of its episodes."""
+        ep = self.shard.episode_of(ids)
+        return self._local[np.searchsorted(self.held, ep)] + ids - self.shard.start[ep]
+
+    def order(self, epoch: int, segments=()):
+        """This rank's sample indices on the device, ``[count]`` int64: the epoch from its start, or the
+        segment after ``segments``."""
         torch = _torch()
         dev = self.device
         n = int(self.episode.shape[0])
+        segments = list(segments)
         if self.sampler is not None:
             idx = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
             if idx.size and (idx.min() < 0 or idx.max() >= n):
                 bad = idx[(idx < 0) | (idx >= n)][0]
                 raise IndexError(f"sampler yielded {bad}, outside the {n} samples of the loader")
             host = torch.from_numpy(idx)
-        elif self.world_size == 1 and not self.shuffle:
+        elif self.world_size == 1 and not self.shuffle and not segments:
             self.host_order = np.arange(n, dtype=np.int64)
             return torch.arange(n, device=dev)
-        else:
+        elif self.shard is not None:
+            left = self._left(epoch, segments) if segments else None
+            host = torch.from_numpy(self._rows(self._segment(epoch, len(segments), self.world_size, self.rank, left)))
+        else:                                     # the global permutation's rest, every world_size-th
             if self.shuffle:
-                extra = (self.rank,) if self.per_rank is not None else ()
-                g = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, *extra))
+                g = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
                 host = torch.randperm(n, generator=g)
             else:
                 host = torch.arange(n)
-            if self.per_rank is not None:             # this rank's own samples
-                host = _wrap(host, self.per_rank)
-            elif self.world_size > 1:                  # the global permutation, every world_size-th
-                host = _wrap(host, len(self) * self.world_size)[self.rank::self.world_size]
+            host = host[self._start(segments):]
+            w = self.world_size
+            per = host.shape[0] // w if self.drop_last else -(-host.shape[0] // w)
+            host = _wrap(host, per * w)[self.rank::w] if per else host[:0]
         self.host_order = host.numpy()     # the disk tier's host-side frame ids read it (no GPU read-back)
         if dev.type == "cuda":
             # pinned + non_blocking: an async copy, no sync; the caching host allocator keeps

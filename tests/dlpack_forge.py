@@ -1,4 +1,4 @@
-"""Forged DLPack producers, for tests/test_dlpack_abuse.py and benchmarks/fuzz_args.py.
+"""Forged DLPack producers, for tests/test_dlpack_abuse.py and tools/fuzz_args.py.
 
 `Forged(array, **faults)` wraps a numpy array and exports it through `__dlpack__` as a
 handcrafted `DLManagedTensorVersioned` (or legacy `DLManagedTensor`) built with ctypes, laid out

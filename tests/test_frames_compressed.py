@@ -463,7 +463,8 @@ def test_abandoned_iterators_then_an_epoch(rng):
 @pytest.mark.parametrize("world", [2, 3])
 def test_shard_episodes_balances_compressed_bytes(rng, world):
     """Episodes of equal length whose frames code to very different sizes (flat vs noisy): the ranks'
-    shards balance the bytes they hold, not the sample counts."""
+    shards balance the bytes they hold as well as the sample counts (whole episodes go by bytes; when
+    that leaves the samples unbalanced, runs of samples cut from the episodes laid out that way)."""
     E, n = 7, 6
     eps, ctimes, rows = [], [], []
     for e in range(E):
@@ -482,9 +483,11 @@ def test_shard_episodes_balances_compressed_bytes(rng, world):
     loaders = [DataLoader(ds, 2, shuffle=True, windows=w, rank=r, world_size=world, shard_episodes=True, seed=1)
                for r in range(world)]
     held = [ld.dataset.episode_index.tolist() for ld in loaders]
-    assert sorted(e for h in held for e in h) == list(range(E))       # disjoint and complete
+    assert sorted(set(e for h in held for e in h)) == list(range(E))  # complete
+    assert sum(len(h) for h in held) <= E + world - 1                  # a cut episode is on two ranks
     got = [int(per_ep[h].sum()) for h in held]
-    assert max(got) - min(got) <= per_ep.max()                         # balanced by bytes
+    assert max(got) - min(got) <= 2 * per_ep.max()                     # balanced by bytes, to an episode or two
+    assert len({ld.num_samples for ld in loaders}) == 1 and loaders[0].num_samples * world - E * n < world
     for ld, h in zip(loaders, held):
         # a compressed store in RAM is copied down to the rank's own bitstreams
         assert ld.dataset.streams["cam"].frames.data.nbytes == int(per_ep[h].sum())

@@ -342,10 +342,44 @@ def test_resume_state_checks(synth):
     a = DataLoader(synth, 8, shuffle=True, seed=1, windows=WIN)
     with pytest.raises(ValueError, match="seed was 2"):
         a.load_state_dict({**a.state_dict(), "seed": 2})
-    with pytest.raises(ValueError, match="batch_size was 4"):
-        a.load_state_dict({**a.state_dict(), "batch_size": 4})
+    with pytest.raises(ValueError, match="total_samples was 7"):
+        a.load_state_dict({**a.state_dict(), "total_samples": 7})
     with pytest.raises(ValueError, match="out of range"):
         a.load_state_dict({**a.state_dict(), "batch": len(a) + 1})
+    # issue 34 item 11: a count that is not a non-negative int names the key and the value
+    for key, bad in (("epoch", -1), ("epoch", 1.9), ("epoch", "1"), ("epoch", True), ("batch", -2),
+                     ("batch", 2.0), ("world_size", 0), ("batch_size", "8"), ("segments", [[2, 8]]),
+                     ("segments", [[0, 8, 1]]), ("segments", "none")):
+        with pytest.raises(ValueError, match=f"{key} must be .*{bad!r}" if key != "segments" else "segments"):
+            a.load_state_dict({**a.state_dict(), key: bad})
+    with pytest.raises(ValueError, match="no 'batch'"):
+        a.load_state_dict({"epoch": 0})
+    with pytest.raises(TypeError, match="state must be a dict"):
+        a.load_state_dict([0, 1])
+    a.load_state_dict({**a.state_dict(), "epoch": np.int64(2), "batch": np.int32(1)})   # NumPy ints are ints
+    assert a.state_dict()["epoch"] == 2 and a.state_dict()["batch"] == 1
+
+
+def test_state_dict_counts_per_iterator(synth):
+    """Two live iterators of one loader: each counts its own batches; state_dict saves the last created
+    one's position (issue 34 item 11: they counted each other's)."""
+    ld = DataLoader(synth, 8, seed=3, windows=WIN)
+    first = iter(ld)
+    for _ in range(5):
+        next(first)
+    assert ld.state_dict()["epoch"] == 0 and ld.state_dict()["batch"] == 5
+    second = iter(ld)                                   # the next epoch, from its start
+    next(second)
+    assert (ld.state_dict()["epoch"], ld.state_dict()["batch"]) == (1, 1)
+    for _ in range(3):
+        next(first)                                     # the older iterator moves its own count only
+    assert (ld.state_dict()["epoch"], ld.state_dict()["batch"]) == (1, 1)
+    next(second)
+    assert (ld.state_dict()["epoch"], ld.state_dict()["batch"]) == (1, 2)
+    # resuming from that state gives what `second` yields next
+    resumed = DataLoader(synth, 8, seed=3, windows=WIN)
+    resumed.load_state_dict(ld.state_dict())
+    assert_same([next(iter(resumed))], [next(second)])
 
 
 # ----------------------------------------------------------------------------

@@ -135,6 +135,7 @@ class Env:
     copy_bw: float = float("nan")   # bytes/s, read + write, on `device`
     rc_cuda: bool = False           # robocache was built with CUDA
     timer: "CudaTimer | None" = None
+    smoke: bool = False             # --smoke: every path runs once, the timings mean nothing
 
     @property
     def torch_device(self):
@@ -143,7 +144,7 @@ class Env:
     @property
     def budget_s(self) -> float:
         """Seconds of timing per contender on the host."""
-        return 0.25 if self.quick else 1.0
+        return 0.005 if self.smoke else 0.25 if self.quick else 1.0
 
 
 def _host_cache_bytes() -> int:
@@ -716,6 +717,9 @@ def _parser(ops: Mapping[str, OpBench]) -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="cuda: GPU contenders; cpu: CPU contenders only (default: cuda if available)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    p.add_argument("--smoke", action="store_true",
+                   help="CI: the first --quick config of each op on the CPU, checked, timed for a few ms; "
+                        "exits non-zero on any error (the figures are not measurements)")
     return p
 
 
@@ -734,16 +738,19 @@ def run(ops: Mapping[str, OpBench], argv: list[str] | None = None) -> int:
     if _torch() is None:
         _progress("note: PyTorch is not installed; running robocache CPU and the NumPy loop "
                   "only (pip install torch for the PyTorch and GPU contenders).")
+    if args.smoke:
+        args.device, args.quick = "cpu", True
     try:
         env = detect_env(args.device, args.quick, args.seed)
     except RuntimeError as exc:
         print(f"robocache bench: {exc}", file=sys.stderr)
         return 2
+    env.smoke = args.smoke
 
     results = []
     for name in names:
         op = ops[name]
-        for cfg in op.configs(args.quick):
+        for cfg in op.configs(args.quick)[:1 if args.smoke else None]:
             _progress(f"{name} {cfg.shape} {cfg.dtype}: building inputs and reference")
             t = time.perf_counter()
             case = op.build(cfg, env)

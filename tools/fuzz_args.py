@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing of robocache's argument parsing and DLPack import.
 
-    python benchmarks/fuzz_args.py --seconds 60 [--engine auto|atheris|random] [--json PATH]
-    python benchmarks/fuzz_args.py --replay build/fuzz/artifacts/crash-...   # show one input's call
+    python tools/fuzz_args.py --seconds 60 [--engine auto|atheris|random] [--json PATH]
+    python tools/fuzz_args.py --replay build/fuzz/artifacts/crash-...   # show one input's call
 
 1. Builds robocache._C once more into build/fuzz/ (the normal build is untouched): ASan + UBSan
    (setup.py ROBOCACHE_SANITIZE=1) plus gcc's -fsanitize-coverage=trace-pc, whose callbacks a

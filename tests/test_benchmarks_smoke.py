@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 #: scripts whose --smoke is not there yet, and why (checked below: an entry that gains --smoke must go)
-WITHOUT = {"bench_ingest.py": "being rewritten with the LeRobot video path (issue 28); its --smoke comes with it"}
+WITHOUT: dict[str, str] = {}
 
 
 def test_every_benchmark_is_listed():

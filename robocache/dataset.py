@@ -30,6 +30,8 @@ from .frames.store import FrameStore
 __all__ = ["Dataset", "Episode", "FramesView", "PointClouds", "Stream"]
 
 KINDS = ("continuous", "discrete", "image", "pointcloud", "text")
+#: the statistics a stream has (Stream.stats), as LeRobot and GR00T name them
+STATS_KEYS = ("min", "max", "mean", "std", "q01", "q99")
 MODES = ("linear", "nearest", "previous", "next", "slerp")
 DEFAULT_MODES = {"continuous": "linear", "discrete": "nearest", "image": "nearest",
                  "pointcloud": "nearest", "text": "previous"}
@@ -404,12 +406,42 @@ class Stream:
         empty streams give NaN.
         """
         if "stats" not in self._cache:
-            if self._stats_of is not None:
+            own = self._dataset_stats()
+            if own is not None and all(k in own for k in STATS_KEYS):
+                self._cache["stats"] = own
+            elif self._stats_of is not None:
                 self._cache["stats"] = {k: v.to(self.device) for k, v in self._stats_of.stats.items()}
                 self._stats_of = None
             else:
                 self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
+            if own is not None:   # the source's figures win; computed ones fill what it lacks (v2.1: quantiles)
+                self._cache["stats"] = {**self._cache["stats"], **own}
         return self._cache["stats"]
+
+    @property
+    def stats_source(self) -> str:
+        """Where ``stats`` come from: "dataset" (the source's dataset-level statistics: LeRobot's
+        meta/stats.json, or v2.1's episodes_stats.jsonl pooled over every episode of the set; the same for
+        every episode subset and rank), or "computed" (over this stream's samples, on first use: a source
+        without statistics, images, point clouds)."""
+        return "dataset" if self._dataset_stats() is not None else "computed"
+
+    def _dataset_stats(self):
+        """The source's statistics as float64 tensors on the device, or None (none given, an image or point
+        cloud stream: LeRobot's image statistics are in [0, 1] units per channel, or a shape that is not
+        this stream's per-sample shape)."""
+        if not self.file_stats or self.kind in ("image", "pointcloud", "text"):
+            return None
+        torch = _torch()
+        out = {}
+        for k in STATS_KEYS:
+            if k in self.file_stats:
+                v = torch.as_tensor(np.asarray(self.file_stats[k].cpu() if isinstance(self.file_stats[k], torch.Tensor)
+                                               else self.file_stats[k], np.float64), device=self.device)
+                if tuple(v.shape) != tuple(self.shape) and not (v.numel() == 1 and not self.shape):
+                    return None
+                out[k] = v.reshape(self.shape)
+        return out or None
 
     def _share_stats(self, other: "Stream") -> None:
         """``other`` (a subset or a copy of this stream) takes this stream's statistics: now when they are
@@ -1019,6 +1051,8 @@ class Dataset:
         # (rank, world_size, samples per rank) when loaded as one rank's episodes (from_lerobot's
         # shard_episodes): the DataLoader then takes it as this rank's shard as it is
         self.shard = None
+        # LeRobot's metadata (robocache.lerobot.LeRobotMeta) when read from a LeRobot set, kept by subset/to
+        self.meta = None
 
     # --- construction --------------------------------------------------------------------
 
@@ -1108,6 +1142,11 @@ class Dataset:
         table = eps.extra.get("task_table") or {}
         if table and sorted(table) == list(range(len(table))):
             ds.tasks = list(dict.fromkeys([*(table[k] for k in range(len(table))), *ds.tasks]))
+        info = eps.extra.get("info")
+        if info is not None:   # a LeRobot set: LeRobotDataset's metadata (robocache/lerobot.py)
+            from .lerobot import LeRobotMeta
+            ds.meta = LeRobotMeta(info=info, fps=float(eps.extra["fps"]), features=dict(info.get("features") or {}),
+                                  first_index=dict(eps.extra.get("first_index") or {}), root=str(eps.source))
         return ds
 
     @classmethod
@@ -1506,8 +1545,10 @@ class Dataset:
             raise IndexError(f"episodes: index out of range for {E} episodes")
         eps %= max(E, 1)
         streams = {n: s.subset(eps) for n, s in self.streams.items()}
-        return Dataset(streams, [self.episodes[e] for e in eps], device=self.device,
-                       time_origin_ns=self.time_origin_ns, source=self.source, tasks=self.tasks)
+        out = Dataset(streams, [self.episodes[e] for e in eps], device=self.device,
+                      time_origin_ns=self.time_origin_ns, source=self.source, tasks=self.tasks)
+        out.meta = self.meta
+        return out
 
     # --- the loader's call ---------------------------------------------------------------
 
@@ -1561,8 +1602,44 @@ class Dataset:
         streams = {n: s.to(device) for n, s in self.streams.items()}
         out = Dataset(streams, self.episodes, device=device, time_origin_ns=self.time_origin_ns, source=self.source,
                       tasks=self.tasks)
-        out.shard = self.shard
+        out.shard, out.meta = self.shard, self.meta
         return out
+
+    # --- LeRobotDataset's metadata (robocache/lerobot.py) -----------------------------------
+
+    @property
+    def fps(self) -> float:
+        """Frames per second: LeRobot's ``fps`` for a LeRobot set, else the anchor stream's nominal rate."""
+        from .lerobot import dataset_fps
+        return dataset_fps(self)
+
+    @property
+    def features(self) -> dict:
+        """LeRobot's ``info.json`` features (``{key: {"dtype", "shape", "names", ...}}``) for a LeRobot set;
+        else one entry per stream (dtype, per-sample shape) in the same form."""
+        if self.meta is not None:
+            return dict(self.meta.features)
+        return {n: {"dtype": "video" if s.kind == "image" else _dtype_name(s.dtype), "shape": list(s.shape[1:]),
+                    "names": s.feature_names} for n, s in self.streams.items()}
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """The image streams (LeRobot's ``camera_keys``: video and image features)."""
+        return [n for n, s in self.streams.items() if s.kind == "image"]
+
+    def lerobot_item(self, i: int, delta_timestamps=None, tolerance_s: float = 1e-4) -> dict:
+        """Frame ``i`` (``0 <= i < num_frames``) in ``LeRobotDataset[i]``'s format: every feature, images
+        float32 CHW in [0, 1], keys of ``delta_timestamps`` with a time axis and ``{key}_is_pad``, the
+        bookkeeping keys and ``task``. For inspection and porting: it builds a one-sample loader (tens of
+        milliseconds); training batches come from ``DataLoader(ds, B, delta_timestamps=dt)``."""
+        from .loader import DataLoader
+        N = self.num_frames
+        if not -N <= int(i) < N:
+            raise IndexError(f"frame {i} out of range for the {N} frames of the anchor stream {self.anchor!r}")
+        loader = DataLoader(self, 1, sampler=[int(i) % N], delta_timestamps=delta_timestamps or {},
+                            tolerance_s=tolerance_s, cuda_graph=False)
+        batch = next(iter(loader))
+        return {k: (v[0] if k != "task" else v[0]) for k, v in batch.items()}
 
     def report(self, **kwargs):
         """A doctor's report of this dataset: rates, gaps, clock and value defects per stream
@@ -1592,7 +1669,15 @@ class Dataset:
         width = {c: max(len(str(r[c])) for r in rows + [heads]) for c in cols}
         cell = lambda r, c: str(r[c]).ljust(width[c]) if c in left else str(r[c]).rjust(width[c])
         lines = ["  " + "  ".join(cell(r, c) for c in cols).rstrip() for r in [heads] + rows]
-        return "\n".join([self._header()] + lines)
+        return "\n".join([self._header()] + lines + [self._stats_line()])
+
+    def _stats_line(self) -> str:
+        """Which streams normalize with the dataset's own statistics and which with computed ones."""
+        own = [n for n, s in self.streams.items() if s.kind not in ("text",) and s.stats_source == "dataset"]
+        rest = [n for n, s in self.streams.items() if s.kind not in ("text",) and n not in own]
+        parts = ([f"dataset ({', '.join(own)})"] if own else []) + ([f"computed on use ({', '.join(rest)})"] if rest
+                                                                     else [])
+        return "  statistics: " + "; ".join(parts)
 
     def _repr_html_(self) -> str:
         esc = lambda x: html.escape(str(x))

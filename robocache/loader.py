@@ -110,6 +110,13 @@ class DataLoader:
         tables built here (in the CUDA graph, no host sync), and ``task``: the task text as a list of B
         str, made on the host from the epoch's host-side order (never read from the GPU). Off by
         default: the default batch stays what the windows make, with no host work that grows with B.
+        ``task_index`` and ``task`` are the sample frame's own where the source has a task per frame.
+    delta_timestamps : dict, optional
+        LeRobot's ``{key: [seconds, ...]}``: the batch is then LeRobot's (robocache/lerobot.py, docs/loader.md):
+        every feature of the dataset, keys in ``delta_timestamps`` with a time axis and ``{key}_is_pad``,
+        the others without; images float32 CHW in [0, 1]; the identity keys with a dataset-wide ``index``.
+        ``windows`` may add keys of their own. Deltas off the ``1 / fps`` grid by more than
+        ``tolerance_s`` (LeRobot's 1e-4 s) raise a ValueError naming the key and values.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -125,10 +132,18 @@ class DataLoader:
                  worker_init_fn: Callable | None = None, timeout: float | None = None,
                  multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None,
                  rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False,
-                 cuda_graph: bool = True, identity: bool | Iterable[str] = False):
+                 cuda_graph: bool = True, identity: bool | Iterable[str] = False,
+                 delta_timestamps: Mapping[str, Iterable[float]] | None = None, tolerance_s: float = 1e-4):
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
+        # LeRobot's batches (robocache/lerobot.py): its features as windows, the identity keys, its shapes
+        self._lerobot = None
+        if delta_timestamps is not None:
+            from .lerobot import LeRobotBatches
+            self._lerobot = LeRobotBatches(dataset, delta_timestamps, tolerance_s)
+            windows = {**self._lerobot.windows, **dict(windows or {})}
+            identity = True
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if windows is not None and not isinstance(windows, Mapping):
@@ -452,6 +467,8 @@ class DataLoader:
         return self._tables
 
     def _hand_over(self, batch: dict, pos: "_Position"):
+        if self._lerobot is not None:
+            batch = self._lerobot(batch)
         if self.collate_fn is not None:
             batch = self.collate_fn(batch)
         pos.batch += 1

@@ -248,6 +248,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     rows = _episode_rows(root, table, selected, major, workers)
     out_eps, tasks = [], []
     kinds, rates, names = {}, {}, {}
+    first_index = {}  # episode -> its first row's dataset-wide index (LeRobot's `index` column)
     for e in selected:
         t, f = rows[e]
         where = f"{f}, episode {e}"
@@ -278,6 +279,8 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
                 names[name] = _feature_names(feat, int(np.prod(values.shape[1:])))
         out_eps.append(streams)
         tasks.append(table[e]["tasks"])
+        if "index" in t.column_names and t.num_rows:
+            first_index[e] = int(t.column("index")[0].as_py())
 
     # --- GR00T modality sub-keys: sliced copies sharing the parent's times
     aliases = read_modality(root)
@@ -337,7 +340,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
         source=str(root),
         extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
                "skipped_videos": skipped, "fps": fps, "videos": sources, "task_table": task_table,
-               "files": [str(rows[e][1]) for e in selected]})
+               "info": info, "first_index": first_index, "files": [str(rows[e][1]) for e in selected]})
 
 
 def _video_sources(root, info, info_path, table, selected, major, chunks_size, fps, out_eps):

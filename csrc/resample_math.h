@@ -99,8 +99,8 @@ RC_HD uint16_t rc_f32_to_f16(float f) {
             break;                                                                             \
         case RC_PREVIOUS: loc->i0 = loc->i1 = j; break;                                        \
         case RC_NEXT: loc->i0 = loc->i1 = (a == x) ? j : j + 1; break;                         \
-        default: /* RC_NEAREST: ties go to the later sample */                                 \
-            loc->i0 = loc->i1 = (SUB_TO_DOUBLE(b, x) <= SUB_TO_DOUBLE(x, a)) ? j + 1 : j;      \
+        default: /* RC_NEAREST: ties go to the earlier sample, as LeRobot's frame pick (argmin) */ \
+            loc->i0 = loc->i1 = (SUB_TO_DOUBLE(b, x) < SUB_TO_DOUBLE(x, a)) ? j + 1 : j;       \
             break;                                                                             \
         }                                                                                      \
     }                                                                                          \

@@ -13,12 +13,12 @@ from ._C import CudaError, get_num_threads, resample, set_num_threads
 from ._C import voxelize
 from ._C import fuse
 from .dataset import Dataset, Stream  # torch is imported inside, on first use
-from .loader import DataLoader, Window  # likewise
+from .loader import DataLoader, Window, lerobot_item  # likewise
 from . import viz  # matplotlib is imported when a viz function is called
 
 __version__ = _C.__version__
 __all__ = ["CPUOnlyBuildWarning", "CudaError", "DataLoader", "Dataset", "Stream", "Window", "build_info",
-           "cuda_available", "fuse", "get_num_threads", "resample", "set_num_threads", "viz", "voxelize"]
+           "cuda_available", "fuse", "get_num_threads", "lerobot_item", "resample", "set_num_threads", "viz", "voxelize"]
 
 
 def build_info() -> dict:

@@ -1142,11 +1142,7 @@ class Dataset:
         table = eps.extra.get("task_table") or {}
         if table and sorted(table) == list(range(len(table))):
             ds.tasks = list(dict.fromkeys([*(table[k] for k in range(len(table))), *ds.tasks]))
-        info = eps.extra.get("info")
-        if info is not None:   # a LeRobot set: LeRobotDataset's metadata (robocache/lerobot.py)
-            from .lerobot import LeRobotMeta
-            ds.meta = LeRobotMeta(info=info, fps=float(eps.extra["fps"]), features=dict(info.get("features") or {}),
-                                  first_index=dict(eps.extra.get("first_index") or {}), root=str(eps.source))
+        ds.meta = eps.extra.get("meta")   # LeRobot's metadata (fps, features, first index per episode)
         return ds
 
     @classmethod
@@ -1608,10 +1604,11 @@ class Dataset:
     # --- LeRobotDataset's metadata (robocache/lerobot.py) -----------------------------------
 
     @property
-    def fps(self) -> float:
+    def fps(self) -> float | None:
         """Frames per second: LeRobot's ``fps`` for a LeRobot set, else the anchor stream's nominal rate."""
-        from .lerobot import dataset_fps
-        return dataset_fps(self)
+        if self.meta is not None:
+            return float(self.meta.fps)
+        return self.streams[self.anchor].rate if self.anchor is not None else None
 
     @property
     def features(self) -> dict:
@@ -1626,20 +1623,6 @@ class Dataset:
     def camera_keys(self) -> list[str]:
         """The image streams (LeRobot's ``camera_keys``: video and image features)."""
         return [n for n, s in self.streams.items() if s.kind == "image"]
-
-    def lerobot_item(self, i: int, delta_timestamps=None, tolerance_s: float = 1e-4) -> dict:
-        """Frame ``i`` (``0 <= i < num_frames``) in ``LeRobotDataset[i]``'s format: every feature, images
-        float32 CHW in [0, 1], keys of ``delta_timestamps`` with a time axis and ``{key}_is_pad``, the
-        bookkeeping keys and ``task``. For inspection and porting: it builds a one-sample loader (tens of
-        milliseconds); training batches come from ``DataLoader(ds, B, delta_timestamps=dt)``."""
-        from .loader import DataLoader
-        N = self.num_frames
-        if not -N <= int(i) < N:
-            raise IndexError(f"frame {i} out of range for the {N} frames of the anchor stream {self.anchor!r}")
-        loader = DataLoader(self, 1, sampler=[int(i) % N], delta_timestamps=delta_timestamps or {},
-                            tolerance_s=tolerance_s, cuda_graph=False)
-        batch = next(iter(loader))
-        return {k: (v[0] if k != "task" else v[0]) for k, v in batch.items()}
 
     def report(self, **kwargs):
         """A doctor's report of this dataset: rates, gaps, clock and value defects per stream

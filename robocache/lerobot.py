@@ -19,7 +19,6 @@ casts and one contiguous copy for images): no host sync, CUDA graphs as for any 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -27,27 +26,6 @@ import numpy as np
 #: LeRobot's bookkeeping columns: batch keys of their own, never windows
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 TOLERANCE_S = 1e-4
-
-
-@dataclass
-class LeRobotMeta:
-    """What LeRobot's ``LeRobotDatasetMetadata`` tells of a set, kept by ``Dataset.from_lerobot``:
-    ``info`` (meta/info.json), ``fps``, ``features`` (info's), the first dataset-wide ``index`` of each loaded
-    episode (by its ``episode_index``), and where the statistics came from."""
-
-    info: dict
-    fps: float
-    features: dict
-    first_index: dict = field(default_factory=dict)
-    root: str = ""
-
-    @property
-    def camera_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
-
-    @property
-    def video_keys(self) -> list[str]:
-        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
 
 
 def check_delta_timestamps(delta_timestamps: Mapping, fps: float, tolerance_s: float = TOLERANCE_S) -> None:
@@ -96,7 +74,7 @@ class LeRobotBatches:
         self.images = {k for k in features if ds.streams[k].kind == "image"}
         self.windows: dict[str, Any] = {}
         for k in features:
-            kw = {"layout": "BTCHW"} if k in self.images else {}
+            kw: dict[str, Any] = {"layout": "BTCHW"} if k in self.images else {}
             self.windows[k] = Window(k, indices=steps.get(k, [0]), rate=fps, mode="nearest", **kw)
         self._first = _first_index_table(ds)
 
@@ -121,15 +99,12 @@ def _torch():
 
 
 def dataset_fps(ds) -> float:
-    """The set's frame rate: LeRobot's ``fps`` when the dataset came from LeRobot, else its anchor stream's
-    nominal rate."""
-    meta = getattr(ds, "meta", None)
-    if meta is not None:
-        return float(meta.fps)
-    rate = ds.streams[ds.anchor].rate if ds.anchor is not None else None
-    if not rate:
-        raise ValueError("delta_timestamps needs the dataset's fps: its anchor stream has no rate")
-    return float(rate)
+    """The set's frame rate (``ds.fps``), which ``delta_timestamps`` needs."""
+    fps = ds.fps
+    if not fps:
+        raise ValueError("delta_timestamps needs the dataset's fps: it is not a LeRobot set and its anchor stream "
+                         "has no rate")
+    return float(fps)
 
 
 def feature_keys(ds) -> list[str]:
@@ -151,3 +126,4 @@ def _first_index_table(ds):
     for e, i in meta.first_index.items():
         table[e] = i
     return torch.from_numpy(table).to(ds.device)
+

@@ -644,3 +644,16 @@ def _segments(state: Mapping) -> list:
         out.append((_count({"segments": w}, "segments", least=1), _count({"segments": b}, "segments", least=1),
                     _count({"segments": k}, "segments")))
     return out
+
+
+def lerobot_item(ds, i: int, delta_timestamps=None, tolerance_s: float = 1e-4) -> dict:
+    """Frame ``i`` of ``ds`` (``0 <= i < ds.num_frames``) in ``LeRobotDataset[i]``'s format: every feature,
+    images float32 CHW in [0, 1], the keys of ``delta_timestamps`` with a time axis and ``{key}_is_pad``, the
+    bookkeeping keys and ``task``. For inspection and porting: it builds a one-sample loader (tens of
+    milliseconds each call); training batches come from ``DataLoader(ds, B, delta_timestamps=dt)``."""
+    N = ds.num_frames
+    if not -N <= int(i) < N:
+        raise IndexError(f"frame {i} out of range for the {N} frames of the anchor stream {ds.anchor!r}")
+    loader = DataLoader(ds, 1, sampler=[int(i) % N], delta_timestamps=delta_timestamps or {},
+                        tolerance_s=tolerance_s, cuda_graph=False)
+    return {k: v[0] for k, v in next(iter(loader)).items()}

@@ -149,8 +149,8 @@ def _row_ref(t, v, x, mode, tol, out_dtype):
             idx[mid] = jm
         elif mode == "next":
             idx[mid] = np.where(t0 == xm, jm, jm + 1)
-        else:  # nearest: the differences in the times' own precision, ties go later
-            idx[mid] = np.where((t1 - xm) <= (xm - t0), jm + 1, jm)
+        else:  # nearest: the differences in the times' own precision, ties go to the earlier sample
+            idx[mid] = np.where((t1 - xm) < (xm - t0), jm + 1, jm)
         return v[idx], is_pad
 
     w = _weight(t0, t1, xm)

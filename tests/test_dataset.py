@@ -416,13 +416,19 @@ def test_stats_8bit_histogram_exact(monkeypatch, rng, dtype):
         np.testing.assert_allclose(np_(st[k]), v, rtol=1e-12, atol=1e-12, err_msg=k)
 
 
-def test_file_stats_are_kept_apart(episodes):
+def test_source_statistics_win_and_computed_ones_fill_the_rest(episodes):
+    """The source's dataset-level statistics are the stream's (LeRobot normalizes with them, whatever
+    episodes are loaded); what the source lacks (here min/max, q01/q99) is computed; images keep their own."""
     given = {"joints": {"mean": [0.0] * 7, "std": np.ones(7), "count": [123]}}
     ds = Dataset.from_episodes(episodes, stats=given, device="cpu")
-    fs = ds.streams["joints"].file_stats
+    s = ds.streams["joints"]
+    fs = s.file_stats
     assert isinstance(fs["std"], torch.Tensor) and fs["std"].dtype == torch.float64
     np.testing.assert_array_equal(np_(fs["std"]), np.ones(7))
-    assert not torch.equal(ds.streams["joints"].stats["std"], fs["std"])
+    assert torch.equal(s.stats["std"], fs["std"]) and torch.equal(s.stats["mean"], fs["mean"])
+    v = np_(s.values).astype(np.float64)
+    np.testing.assert_array_equal(np_(s.stats["min"]), v.min(0))
+    assert s.stats_source == "dataset" and ds.streams["camera"].stats_source == "computed"
     assert ds.streams["camera"].file_stats is None
 
 
@@ -534,7 +540,9 @@ def test_repr_and_html(ds):
     r = repr(ds)
     lines = r.splitlines()
     assert lines[0].startswith("Dataset('synthetic', 4 episodes, 5 streams, ")
-    assert "device cpu" in lines[0] and len(lines) == 2 + len(ds.streams)
+    assert "device cpu" in lines[0] and len(lines) == 3 + len(ds.streams)
+    assert lines[-1] == "  statistics: computed on use (joints, camera, cloud, gripper)"   # no source stats here
+    lines = lines[:-1]
     # column headers above the rows, each over its column
     assert lines[1].split() == ["stream", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes",
                                 "duration", "memory", "storage"]

@@ -160,7 +160,7 @@ eps = [{"x": (np.arange(n, dtype=np.float64)[:, None] + 1000 * e, np.arange(n) /
 ds = robocache.Dataset.from_episodes(eps, device="cpu")
 res = {"rank": rank, "world": world}
 for mode in ("replicated", "shard"):
-    ld = DataLoader(ds, 6, seed=13, windows={"x": "x"}, shard_episodes=mode == "shard", device=dev)
+    ld = DataLoader(ds, 6, shuffle=True, seed=13, windows={"x": "x"}, shard_episodes=mode == "shard", device=dev)
     if phase == "load":     # every rank loads the state rank 0 saved, whatever the world size then
         with open(os.path.join(out_dir, f"state-{mode}.json")) as f:
             ld.load_state_dict(json.load(f))
@@ -175,7 +175,7 @@ for mode in ("replicated", "shard"):
         with open(os.path.join(out_dir, f"state-{mode}.json"), "w") as f:
             json.dump(ld.state_dict(), f)
     if phase == "load":      # the straight run at this world size, for the same-world check
-        res[mode + "-straight"] = [int(v) for b in DataLoader(ds, 6, seed=13, windows={"x": "x"},
+        res[mode + "-straight"] = [int(v) for b in DataLoader(ds, 6, shuffle=True, seed=13, windows={"x": "x"},
                                    shard_episodes=mode == "shard", device=dev) for v in b["x"].reshape(-1)]
 with open(os.path.join(out_dir, f"{phase}{rank}.json"), "w") as f:
     json.dump(res, f)
@@ -225,7 +225,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")        # the set lists a camera it does not ship
     # each rank reads, decodes and caches only its episodes, in its node's cache dir
     ds = robocache.Dataset.from_lerobot(os.environ["DATA"], device="cpu", shard_episodes=True, show_progress=False)
-ld = DataLoader(ds, 16, seed=5, drop_last=True, shard_episodes=True, identity=["episode_index", "timestamp"],
+ld = DataLoader(ds, 16, shuffle=True, seed=5, drop_last=True, shard_episodes=True, identity=["episode_index", "timestamp"],
                 windows={"state": Window("observation.state"), "cam": Window("observation.images.ego_view")})
 res = {"rank": rank, "world": world, "node": int(os.environ["GROUP_RANK"]), "held": ds.episode_index.tolist(),
        "batches": len(ld), "ids": {}, "cam": {}}

@@ -216,7 +216,7 @@ def test_lerobot_metadata(cr5_v21, v30):
     info = json.loads((v30 / "meta/info.json").read_text())
     assert ds.fps == 10.0 and ds.meta.info == info and ds.features == info["features"]
     assert ds.camera_keys == [CAM] and ds.num_episodes == 2
-    item = ds.lerobot_item(3, {"action": [0.0, 0.1]})
+    item = robocache.lerobot_item(ds, 3, {"action": [0.0, 0.1]})
     ref = Reference(v30).item(int(Reference(v30).bounds[1][0]) + 3, {"action": [0.0, 0.1]})
     assert_same({k: (v.contiguous() if isinstance(v, torch.Tensor) else v) for k, v in item.items()}, ref)
 

@@ -34,7 +34,7 @@ def ref_window(t, v, x, mode):
     j = np.clip(np.searchsorted(t, x, side="right") - 1, 0, n - 1)
     if mode == "nearest":
         k = np.minimum(j + 1, n - 1)
-        j = np.where((k > j) & (t[k] - x <= x - t[j]), k, j)
+        j = np.where((k > j) & (t[k] - x < x - t[j]), k, j)  # a tie: the earlier sample (LeRobot)
     else:
         assert mode == "previous", mode
     return v[j], pad

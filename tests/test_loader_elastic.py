@@ -29,6 +29,7 @@ def run(ds, world, batch_size, stop=None, state=None, **kw):
     """Each rank's sample ids over ``stop`` batches (the rest of the epoch when None), and rank 0's state
     after them (every rank runs in lockstep, as DDP makes them)."""
     out, states = [], []
+    kw = {"shuffle": True, **kw}              # a shuffled epoch, what resume must reproduce
     for r in range(world):
         ld = DataLoader(ds, batch_size, windows={"x": "x"}, rank=r, world_size=world, **kw)
         if state is not None:
@@ -84,7 +85,7 @@ def test_resume_at_another_world_size(shard, w1, w2, shuffle):
     assert end["epoch"] == 1 and end["batch"] == 0 and end["segments"] == []
     # the next epoch is a whole one at the new world size, as a fresh loader gives it
     nxt = run(ds, w2, 6, state=end, **kw)[0]
-    fresh = DataLoader(ds, 6, windows={"x": "x"}, rank=0, world_size=w2, **kw)
+    fresh = DataLoader(ds, 6, windows={"x": "x"}, rank=0, world_size=w2, **{"shuffle": True, **kw})
     fresh.set_epoch(1)
     assert nxt[0] == [int(v) for b in fresh for v in b["x"].reshape(-1)]
     if w1 == w2:
@@ -123,7 +124,7 @@ def test_resume_a_finished_epoch_and_bad_states():
     ds = id_dataset(LENGTHS)
     _, state = run(ds, 2, 6, seed=1)                            # a whole epoch: the next starts at 0
     assert state["epoch"] == 1 and state["batch"] == 0 and state["samples"] == 0
-    ld = DataLoader(ds, 6, windows={"x": "x"}, seed=1, rank=2, world_size=3)
+    ld = DataLoader(ds, 6, shuffle=True, windows={"x": "x"}, seed=1, rank=2, world_size=3)
     ld.load_state_dict(state)
     assert len(list(ld)) == len(ld)
     with pytest.raises(ValueError, match="total_samples was 205"):

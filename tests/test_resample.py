@@ -82,7 +82,7 @@ HAND_X = [-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.25, 3.5, 4.0, 5.0]
 HAND = {
     "previous": [0, 0, 0, 20, 20, 20, 20, 40, 40, 40, 80, 80],
     "next": [0, 0, 10, 20, 40, 40, 40, 40, 80, 80, 80, 80],
-    "nearest": [0, 0, 10, 20, 20, 40, 40, 40, 40, 80, 80, 80],  # 0.5, 2.0, 3.5 are ties -> later
+    "nearest": [0, 0, 0, 20, 20, 20, 40, 40, 40, 40, 80, 80],  # 0.5, 2.0, 3.5 are ties -> earlier (LeRobot's)
     "linear": [0, 0, 5, 20, 25, 30, 35, 40, 50, 60, 80, 80],
 }
 HAND_PAD = [True] + [False] * 10 + [True]
@@ -261,14 +261,15 @@ def test_targets_on_samples_return_samples(fw, vdtype, tdtype, make_case):
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @pytest.mark.parametrize("tdtype", TIME_DTYPES)
-def test_nearest_ties_go_to_later_sample(fw, tdtype):
+def test_nearest_ties_go_to_earlier_sample(fw, tdtype):
+    """LeRobot picks the first of equally near frames (argmin); robocache's one rule for every kind."""
     t = np.array([0, 2, 4, 6], np.float64)
     x = np.array([1, 3, 5, 0.5, 5.5])
     if tdtype == "int64":
         t, x = (EPOCH_NS + (t * 1e9).astype(np.int64)), (EPOCH_NS + (x * 1e9).astype(np.int64))
     v = np.array([10, 20, 30, 40], np.int32)
     out = robocache.resample(as_fw(v, fw), as_fw(t.astype(tdtype), fw), as_fw(x.astype(tdtype), fw), mode="nearest")
-    assert to_numpy(out).tolist() == [20, 30, 40, 10, 40]
+    assert to_numpy(out).tolist() == [10, 20, 30, 10, 40]
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

@@ -8,7 +8,7 @@ with robocache, so it follows docs/loader.md exactly:
 - one sample per frame of the anchor stream (``ds.anchor`` by default), in the same table order;
 - per key a ``robocache.Window``: targets ``anchor + offsets`` (or ``indices / rate``), read with
   ``nearest`` / ``previous`` / ``next`` (docs/resample.md: ``j`` = last sample with
-  ``t[j] <= x``, nearest ties go to the later sample), edges repeat the first/last value,
+  ``t[j] <= x``, nearest ties go to the earlier sample), edges repeat the first/last value,
   ``{key}_is_pad`` where a target is more than ``tolerance`` outside the episode's span;
 - ``pad="zero"``: padded steps hold zeros before any transform; point-cloud windows voxelize the
   picked frame's points with ``np.floor`` binning and ``np.bincount`` (occupancy, count, sum,
@@ -149,8 +149,8 @@ class _Key:
                 k = lo
             elif self.mode == "next":
                 k = np.where((j >= 0) & (t[lo] == x), lo, hi)
-            else:                                                   # nearest, ties to the later sample
-                k = np.where(t[hi] - x <= x - t[lo], hi, lo)
+            else:                                                   # nearest, ties to the earlier sample
+                k = np.where(t[hi] - x < x - t[lo], hi, lo)
             k = np.where(j < 0, 0, k)                               # before the first sample: sample 0
             pad = (x < t[0] - self.tolerance) | (x > t[-1] + self.tolerance)
             if self.cloud is not None:

@@ -16,6 +16,7 @@ import os
 import warnings
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,27 @@ from ..video.images import decode_images
 #: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
 STATS_KEYS = ("min", "max", "mean", "std", "q01", "q99")
+
+
+@dataclass
+class LeRobotMeta:
+    """What LeRobot's ``LeRobotDatasetMetadata`` tells of a set, kept as ``Dataset.meta``:
+    ``info`` (meta/info.json), ``fps``, ``features`` (info's), the first dataset-wide ``index`` of each loaded
+    episode (by its ``episode_index``), and where the statistics came from."""
+
+    info: dict
+    fps: float
+    features: dict
+    first_index: dict = field(default_factory=dict)
+    root: str = ""
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
 
 
 # ----------------------------------------------------------------------------
@@ -340,7 +362,9 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
         source=str(root),
         extra={"version": info.get("codebase_version"), "episode_index": selected, "aliases": aliases,
                "skipped_videos": skipped, "fps": fps, "videos": sources, "task_table": task_table,
-               "info": info, "first_index": first_index, "files": [str(rows[e][1]) for e in selected]})
+               "meta": LeRobotMeta(info=info, fps=fps, features=dict(features), first_index=first_index,
+                                   root=str(root)),
+               "files": [str(rows[e][1]) for e in selected]})
 
 
 def _video_sources(root, info, info_path, table, selected, major, chunks_size, fps, out_eps):

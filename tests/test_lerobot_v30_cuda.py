@@ -60,3 +60,45 @@ def test_v30_tiers_on_the_gpu_equal_the_cpu(v30, tier):
         assert set(x) == set(y)
         for k in x:
             assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], k
+
+
+DT = {CAM: [-0.1, 0.0], "observation.state": [-0.1, 0.0], "action": [0.1 * i for i in range(8)]}
+
+
+def lerobot_batches(ds, n=6):
+    loader = DataLoader(ds, 16, shuffle=True, seed=4, delta_timestamps=DT)
+    out = []
+    for k, b in enumerate(loader):
+        out.append({n_: (v.cpu() if isinstance(v, torch.Tensor) else v) for n_, v in b.items()})
+        if k + 1 == n:
+            break
+    return out
+
+
+def test_lerobot_batches_on_the_gpu_equal_the_cpus_in_every_tier(v30):
+    """DataLoader(ds, B, delta_timestamps=dt): the same batches from the device, host and disk tiers as on
+    the CPU (whose batches tests/test_lerobot_batches.py checks against LeRobot's rules)."""
+    want = lerobot_batches(load(v30, device="cpu", frames="host"))
+    for tier in ("device", "host", "disk"):
+        got = lerobot_batches(load(v30, device="cuda", frames=tier))
+        for x, y in zip(want, got):
+            assert set(x) == set(y)
+            for k in x:
+                assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], (tier, k)
+
+
+def test_a_lerobot_epoch_without_host_sync(v30):
+    """An epoch of LeRobot batches under torch's sync debug mode "error": no host sync per batch (the
+    task strings come from the host-side order, never read back)."""
+    ds = load(v30, device="cuda", frames="device")
+    loader = DataLoader(ds, 32, shuffle=True, seed=1, delta_timestamps=DT)
+    next(iter(loader))                     # construction and the first batch's capture may sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        n = 0
+        for b in loader:
+            n += b["action"].shape[0]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert n == ds.num_frames

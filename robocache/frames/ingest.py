@@ -443,7 +443,8 @@ def _decode_all_processes(torch, jobs, paths, spec, counts, *, tier, dev, entry,
                         up.span(row * fb, n * fb)
             got = decode_processes(jobs, spec, workers=workers, threads=decoder_threads(workers),
                                    data_path=writer.path, chunk=chunk,
-                                   bar=progress_bar(n_total, desc, show_progress), on_job=on_job)
+                                   bar=progress_bar(n_total, desc, show_progress), on_job=on_job,
+                                   lock_dir=writer.root)
     except OSError as e:  # the file is the frames here, whatever the tier: a failed write fails the ingest
         writer.abort()
         raise _cache.CacheError(

@@ -14,11 +14,14 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
+from .._util import ReaderError
 from ..video import FrameSpec, Job, Rows, decode_job
 from .pool import end_pool, errors, raise_first
 from .writes import Done
@@ -28,6 +31,9 @@ from .writes import Done
 _env_procs = os.environ.get("ROBOCACHE_DECODE_PROCESSES")
 DECODE_PROCESSES = bool(int(_env_procs)) if _env_procs not in (None, "") else None
 PROCESS_MIN_WORKERS = 8
+# a decode process that hands back no frame for this long (stopped, hung in the decoder) fails the ingest;
+# ROBOCACHE_DECODE_STALL_S overrides it (seconds)
+STALL_SECONDS = float(os.environ.get("ROBOCACHE_DECODE_STALL_S") or 300)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -68,14 +74,35 @@ class _Counter:
 _SHARED: dict = {}  # in a decode process: the parent's stop flag and progress array (_start_decoder)
 
 
-def _start_decoder(stop, done) -> None:
+def _start_decoder(stop, done, lock_dir) -> None:
     _SHARED.update(stop=Flag(stop), done=done)
+    _close_inherited_locks(lock_dir)
     # a decode process dies with its parent (SIGTERM from a scheduler, the OOM killer's SIGKILL): it
     # must not outlive the job, holding memory and a pipe no one reads
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux
         pass
+
+
+def _close_inherited_locks(lock_dir) -> None:
+    """The fork gave this process the parent's descriptors, the cache entries' flock'ed lock files among
+    them: a decode process must not keep an entry locked once its parent is gone (the next load of the
+    dataset would wait on it forever). Closing the copies leaves the parent's lock held."""
+    if not lock_dir:
+        return
+    lock_dir = os.path.realpath(lock_dir)
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(lock_dir) and target.endswith(".lock"):
+                os.close(int(fd))
+        except (OSError, ValueError):
+            continue
 
 
 def _decode_job_to(i: int, job: Job, data_path: str, spec: FrameSpec, threads: int, chunk: int):
@@ -115,9 +142,12 @@ def pwrite(fd: int, rows: np.ndarray, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_job) -> list:
+def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_job, lock_dir=None) -> list:
     """Every job, in `workers` processes, into the file at `data_path` (each job's rows at its store
-    rows); `on_job(j)` runs in this process once job j is written. Returns the times by job."""
+    rows); `on_job(j)` runs in this process once job j is written. Returns the times by job.
+
+    A decode process killed (the OOM killer, a signal) or handing back no frame for STALL_SECONDS (stopped,
+    hung) fails the ingest with an error naming the files being decoded and the cause."""
     # forked, as torch's DataLoader workers are: ready at once with every module imported, and the
     # caller's script is not run again in each (spawn and forkserver re-import the main module, which
     # a script without an `if __name__ == "__main__"` guard would run again). A decode process runs
@@ -125,8 +155,10 @@ def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_
     ctx = multiprocessing.get_context("fork")
     stop, done = ctx.RawValue("b", 0), ctx.RawArray("q", len(jobs))
     shown = 0
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_decoder, initargs=(stop, done))
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_decoder,
+                               initargs=(stop, done, str(lock_dir) if lock_dir else ""))
     futures = []
+    progress_at, last = time.monotonic(), -1
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
@@ -137,10 +169,19 @@ def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_
         left = set(futures)
         while left:
             finished, left = wait(left, timeout=0.1, return_when=FIRST_COMPLETED)
+            total = sum(done)
             if bar is not None:
-                total = sum(done)
                 bar.update(total - shown)
                 shown = total
+            if total != last or finished:
+                progress_at, last = time.monotonic(), total
+            elif time.monotonic() - progress_at > STALL_SECONDS:
+                # a stopped process never ends: shutting the pool down would wait on it forever
+                for proc in list(getattr(pool, "_processes", {}).values()):  # the stdlib's own table
+                    proc.kill()
+                raise ReaderError(_in_flight(jobs, futures, index, done) + f": no frame decoded for "
+                                  f"{STALL_SECONDS:g} s; a decode process is stopped or hung (ROBOCACHE_DECODE_STALL_S "
+                                  f"sets the limit; ROBOCACHE_DECODE_PROCESSES=0 decodes on threads)")
             for f in sorted(finished, key=lambda f: index[f]):
                 if f.exception() is None:
                     on_job(index[f])
@@ -148,5 +189,18 @@ def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_
                 break
     finally:
         end_pool(pool, futures, Flag(stop), bar)
-    raise_first(futures)
+    try:
+        raise_first(futures)
+    except BrokenProcessPool as e:
+        raise ReaderError(_in_flight(jobs, futures, {f: j for j, f in enumerate(futures)}, done)
+                          + ": a decode process died (killed by a signal, or by the OOM killer: too little "
+                          "memory for this many decoders; ROBOCACHE_DECODE_PROCESSES=0 or fewer workers)") from e
     return [f.result() for f in futures]
+
+
+def _in_flight(jobs, futures, index, done) -> str:
+    """The files of the jobs not finished when the pool broke or stalled, as an error's subject."""
+    open_ = sorted({jobs[index[f]].path for f in futures
+                    if not f.done() or (f.exception() is not None and isinstance(f.exception(), BrokenProcessPool))})
+    names = ", ".join(open_[:3]) + (f" and {len(open_) - 3} more" if len(open_) > 3 else "")
+    return names or "decoding in processes"

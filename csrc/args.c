@@ -93,8 +93,8 @@ int rc_name_index(PyObject *obj, PyObject *const names[5], const char *arg,
     return -1;
 }
 
-int rc_parse_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char *name) {
-    int m = rc_name_index(obj, st->mode_names, name,
+int rc_parse_mode(rc_mode *mode, PyObject *obj, PyObject *const modes[5], const char *name) {
+    int m = rc_name_index(obj, modes, name,
                           "'linear', 'nearest', 'previous', 'next' or 'slerp'");
     if (m < 0) return -1;
     *mode = (rc_mode)m;
@@ -157,12 +157,13 @@ int rc_expect_leading(const rc_tensor *v, const rc_tensor *t, int lead, const ch
     return 0;
 }
 
-int rc_expect_mode_dtype(rc_state *st, const rc_tensor *v, rc_mode mode, const char *name) {
+int rc_expect_mode_dtype(const rc_tensor *v, rc_mode mode, const char *name) {
+    static const char *const modes[5] = {RC_MODE_NAMES};
     if ((mode != RC_LINEAR && mode != RC_SLERP) || rc_dtype_is_float(v->dtype)) return 0;
     PyErr_Format(PyExc_TypeError,
-                 "%s: mode '%U' needs a floating dtype, got %s (use 'nearest', 'previous' or "
+                 "%s: mode '%s' needs a floating dtype, got %s (use 'nearest', 'previous' or "
                  "'next' for integer and bool streams)",
-                 name, st->mode_names[mode], rc_dtype_name(v->dtype));
+                 name, modes[mode], rc_dtype_name(v->dtype));
     return -1;
 }
 

@@ -280,14 +280,13 @@ static int check_cpu(rc_state *st, const rc_resample_args *ra, int ragged, const
     return 0;
 }
 
-#ifdef RC_WITH_CUDA
 /* The same on the GPU (a host sync); scratch: 3 int64 on the device. */
 static int check_cuda(rc_state *st, int64_t *scratch, const rc_resample_args *ra, int ragged,
                       const char *label, int device_id, void *stream) {
     rc_check_result verdict = {0, 0, 0};
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = rc_resample_check_cuda(&verdict, scratch, ra, device_id, stream);
+    status = RC_CUDA_LAUNCH(rc_resample_check_cuda(&verdict, scratch, ra, device_id, stream));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) { rc_raise_status(st, status); return -1; }
     if (verdict.kind != RC_CHECK_OK) {
@@ -299,7 +298,6 @@ static int check_cuda(rc_state *st, int64_t *scratch, const rc_resample_args *ra
     }
     return 0;
 }
-#endif
 
 int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, int n, int ragged,
                       const char *const *labels) {
@@ -308,9 +306,9 @@ int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, in
             if (check_cpu(c->st, &ra[k], ragged, labels ? labels[k] : NULL) != 0) return -1;
         return 0;
     }
-#ifdef RC_WITH_CUDA
     void *stream;
-    if (rc_call_stream(c, &stream) != 0) return -1;
+    if (rc_require_cuda(c->st, c->first_name, c->device_id) != 0 || rc_call_stream(c, &stream) != 0)
+        return -1;
     PyObject *scratch_obj = NULL;
     rc_tensor scratch;
     int64_t three = 3;
@@ -321,9 +319,6 @@ int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, in
                          labels ? labels[k] : NULL, c->device_id, stream);
     Py_DECREF(scratch_obj);
     return bad ? -1 : 0;
-#else
-    return 0; /* not built with CUDA: the op raises rc_no_cuda_error instead of running */
-#endif
 }
 
 PyObject *rc_result(PyObject *out, PyObject *extra) {

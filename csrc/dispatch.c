@@ -1,7 +1,8 @@
 /* dispatch.c: the tail every op ends with, written once: the device of the call picks the CPU or
  * the CUDA kernel, which runs without the GIL; a CUDA array in a CPU-only build and a failed
- * rc_status become the op's exception. rc_require_cuda holds the glue's one RC_WITH_CUDA branch
- * (build facts in module.c aside): the ops and queries never test for the build themselves.
+ * rc_status become the op's exception. rc_require_cuda is how the ops, their argument helpers
+ * and module.c's CUDA queries test for a CPU-only build: none has an RC_WITH_CUDA branch of its
+ * own (the DLPack bridge's stream handling and module.c's build facts aside).
  * Per call, not per element: nothing here shows in a benchmark.
  */
 #include "module.h"

@@ -66,14 +66,14 @@ static PyObject *build_info(PyObject *module, PyObject *unused) {
     const char *device_error = "";
 #ifdef RC_WITH_CUDA
     cuda = 1;
-    runtime = rc_cuda_runtime_version();
-    driver = rc_cuda_driver_version();
+    runtime = rc_runtime_version_cuda();
+    driver = rc_driver_version_cuda();
     int count = 0;
-    if (rc_cuda_device_count(&count) != RC_OK) device_error = rc_last_error();
+    if (rc_device_count_cuda(&count) != RC_OK) device_error = rc_last_error();
     for (int i = 0; i < count; i++) {
         char name[256];
         int major = 0, minor = 0;
-        if (rc_cuda_device_name(name, (int)sizeof name, &major, &minor, i) != RC_OK) continue;
+        if (rc_device_name_cuda(name, (int)sizeof name, &major, &minor, i) != RC_OK) continue;
         PyObject *d = Py_BuildValue("{s:i,s:s,s:(ii)}", "index", i, "name", name,
                                     "capability", major, minor);
         if (!d || PyList_Append(devices, d) != 0) {
@@ -126,7 +126,7 @@ static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_
     if (rc_require_cuda(st, "_graph_launch", (int)device) != 0) return NULL;
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = RC_CUDA_LAUNCH(rc_cuda_graph_launch(h[0], h[1], h[2], h[3], h[4], h[5], (int)device));
+    status = RC_CUDA_LAUNCH(rc_graph_launch_cuda(h[0], h[1], h[2], h[3], h[4], h[5], (int)device));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;
@@ -158,7 +158,7 @@ static PyObject *host_register(PyObject *module, PyObject *const *args, Py_ssize
     if (rc_require_cuda(st, "_host_register", 0) != 0) return NULL;
     rc_status status;
     Py_BEGIN_ALLOW_THREADS /* 0.1-0.2 s per GB: the driver locks and maps every page */
-    status = RC_CUDA_LAUNCH(rc_cuda_host_register(ptr, (size_t)nbytes, read_only));
+    status = RC_CUDA_LAUNCH(rc_host_register_cuda(ptr, (size_t)nbytes, read_only));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;
@@ -174,7 +174,7 @@ static PyObject *host_unregister(PyObject *module, PyObject *arg) {
     if (rc_require_cuda(st, "_host_unregister", 0) != 0) return NULL;
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = RC_CUDA_LAUNCH(rc_cuda_host_unregister(ptr));
+    status = RC_CUDA_LAUNCH(rc_host_unregister_cuda(ptr));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;

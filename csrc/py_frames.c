@@ -1,5 +1,5 @@
 /* py_frames.c: robocache._C.gather_frames: argument parsing, validation and dispatch to
- * rc_frames_cpu / rc_frames_cuda.
+ * rc_gather_frames_cpu / rc_gather_frames_cuda.
  * Shapes (elements): storage rgb [N, H, W, C] or [N, H*W*C], yuv420 [N, H*W + 2*ch*cw];
  * ids [M] (any shape, flattened); out [M, H', W', C] with any strides.
  * Benchmark: python benchmarks/bench_frames.py
@@ -56,7 +56,7 @@ static const char *const names[A_COUNT] = {"storage", "ids", "out", "format", "h
 typedef struct {
     PyObject *arg[A_COUNT];  /* borrowed; NULL: not given */
     rc_tensor ids, out, storage;
-    rc_frames_args fa;
+    rc_gather_frames_args fa;
 } job;
 
 /* Index of obj among n ASCII names, or -1 with ValueError/TypeError naming arg and choices. */
@@ -102,7 +102,7 @@ static int pinned_storage(rc_state *st, const void **dev_ptr, const void *ptr, i
     int kind = 0, where = -1;
     void *alias = NULL;
     if (rc_require_cuda(st, "ids", device) != 0) return -1;
-    rc_status status = RC_CUDA_LAUNCH(rc_cuda_pointer_kind(&kind, &where, &alias, ptr));
+    rc_status status = RC_CUDA_LAUNCH(rc_pointer_kind_cuda(&kind, &where, &alias, ptr));
     if (status != RC_OK) {
         rc_raise_status(st, status);
         return -1;
@@ -131,7 +131,7 @@ static int pinned_storage(rc_state *st, const void **dev_ptr, const void *ptr, i
 }
 
 /* Checks storage against format/height/width/channels and fills the storage fields of fa. */
-static int check_storage(rc_frames_args *fa, const rc_tensor *s) {
+static int check_storage(rc_gather_frames_args *fa, const rc_tensor *s) {
     char buf[160];
     const int64_t H = fa->height, W = fa->width, C = fa->channels;
     const int64_t row = fa->format == RC_FRAMES_YUV420
@@ -190,7 +190,7 @@ static int check_storage(rc_frames_args *fa, const rc_tensor *s) {
 }
 
 /* Checks out [M, H', W', C] and fills the out fields of fa. */
-static int check_out(rc_frames_args *fa, const rc_tensor *o) {
+static int check_out(rc_gather_frames_args *fa, const rc_tensor *o) {
     char buf[160];
     if (o->dtype != RC_U8 && o->dtype != RC_F32 && o->dtype != RC_F16 && o->dtype != RC_BF16) {
         PyErr_Format(PyExc_TypeError, "out: expected uint8, float32, float16 or bfloat16, got %s",
@@ -259,13 +259,13 @@ static int parse(const rc_state *st, job *j, PyObject *const *args, Py_ssize_t n
     static const rc_signature sig = {"gather_frames", "storage, ids, out", 3, required, 7};
     static const char *const formats[] = {"rgb", "yuv420"};
     static const char *const matrices[] = {"bt601", "bt709", "bt2020"};
-    rc_frames_args *fa = &j->fa;
+    rc_gather_frames_args *fa = &j->fa;
     if (rc_parse_slots(j->arg, rc_op_names(st, RC_OP_GATHER_FRAMES), A_COUNT, &sig, args, nargs,
                        kwnames) != 0)
         return -1;
     int format = parse_choice(j->arg[A_FORMAT], formats, 2, "format", "'rgb' or 'yuv420'");
     if (format < 0) return -1;
-    fa->format = (rc_frames_format)format;
+    fa->format = (rc_frame_format)format;
     int matrix = RC_MATRIX_BT601, full_range;
     if (!rc_is_none(j->arg[A_MATRIX])) {
         matrix = parse_choice(j->arg[A_MATRIX], matrices, 3, "matrix", "'bt601', 'bt709' or 'bt2020'");
@@ -288,7 +288,7 @@ static int parse(const rc_state *st, job *j, PyObject *const *args, Py_ssize_t n
 
 /* ids and out: they set the call's device. */
 static int import_ids_out(rc_call *c, job *j) {
-    rc_frames_args *fa = &j->fa;
+    rc_gather_frames_args *fa = &j->fa;
     if (rc_import_array(c, &j->ids, j->arg[A_IDS], "ids", 0) != 0) return -1;
     if (rc_expect_dtype(&j->ids, RC_I64, "ids")) return -1;
     if (!rc_flatten_trailing(&fa->count, &fa->ids_stride, &j->ids, 0)) {
@@ -309,7 +309,7 @@ static int import_ids_out(rc_call *c, job *j) {
 /* storage, in a call of its own (it may be pinned host memory read by a CUDA call): its shape
  * against the format, no byte shared with out, and on the device of the call or pinned. */
 static int import_storage(rc_call *sc, const rc_call *c, job *j) {
-    rc_frames_args *fa = &j->fa;
+    rc_gather_frames_args *fa = &j->fa;
     const rc_tensor *s = &j->storage;
     if (rc_import_array(sc, &j->storage, j->arg[A_STORAGE], "storage", 0) != 0 ||
         check_storage(fa, s) != 0)
@@ -335,7 +335,7 @@ static int import_storage(rc_call *sc, const rc_call *c, job *j) {
 
 /* ids < frames, checked on the CPU (cheap next to the work); CUDA writes zeros instead, since
  * checking there would need a host sync. */
-static int check_ids(const rc_frames_args *fa) {
+static int check_ids(const rc_gather_frames_args *fa) {
     for (int64_t m = 0; m < fa->count; m++) {
         const int64_t id = fa->ids[m * fa->ids_stride];
         if (id >= fa->frames) {
@@ -349,14 +349,14 @@ static int check_ids(const rc_frames_args *fa) {
     return 0;
 }
 
-static rc_status run_cpu(void *fa, int threads) { return rc_frames_cpu(fa, threads); }
+static rc_status run_cpu(void *fa, int threads) { return rc_gather_frames_cpu(fa, threads); }
 static rc_status run_cuda(void *fa, int device, void *stream) {
-    return RC_CUDA_LAUNCH(rc_frames_cuda(fa, device, stream));
+    return RC_CUDA_LAUNCH(rc_gather_frames_cuda(fa, device, stream));
 }
 static const rc_kernels kernels = {run_cpu, run_cuda};
 
 static int run(rc_call *c, job *j) {
-    const rc_frames_args *fa = &j->fa;
+    const rc_gather_frames_args *fa = &j->fa;
     if (c->device_type != RC_DEVICE_CUDA)
         return check_ids(fa) != 0 ? -1 : rc_run(c, &kernels, &j->fa, 1);
     return rc_run(c, &kernels, &j->fa, fa->count > 0 && fa->out_height > 0 && fa->out_width > 0);

@@ -1,6 +1,6 @@
 /* py_jpeg.c: robocache._C.decode_jpeg and jpeg_backend, the compressed frame tier's GPU decode:
  * argument checks, each bitstream's header checked on the host (size, 4:2:0, baseline), and
- * dispatch to rc_jpeg_decode_cuda (cuda/jpeg.cu, nvJPEG).
+ * dispatch to rc_decode_jpeg_cuda (cuda/jpeg.cu, nvJPEG).
  * Shapes (elements): storage [S] uint8 host bytes, offsets [N+1] int64 host, ids [M] int64 host,
  * out [M, H*W + 2*ch*cw] uint8 on a GPU (I420 rows, gather_frames' yuv420 storage).
  * Benchmark: python benchmarks/bench_scale.py --decode-only
@@ -217,7 +217,7 @@ static int collect_bitstreams(job *j) {
 
 static rc_status decode_cuda(void *p, int device, void *stream) {
     const job *j = p;
-    return RC_CUDA_LAUNCH(rc_jpeg_decode_cuda((uint8_t *)j->out.data, j->data, j->lengths, j->count,
+    return RC_CUDA_LAUNCH(rc_decode_jpeg_cuda((uint8_t *)j->out.data, j->data, j->lengths, j->count,
                                               j->height, j->width, j->library, device, j->backend,
                                               stream));
 }
@@ -276,7 +276,7 @@ static PyObject *jpeg_backend(PyObject *module, PyObject *const *args, Py_ssize_
     char name[640];
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = RC_CUDA_LAUNCH(rc_jpeg_backend(name, (int)sizeof name, library, (int)device, backend));
+    status = RC_CUDA_LAUNCH(rc_jpeg_backend_cuda(name, (int)sizeof name, library, (int)device, backend));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     return PyUnicode_FromString(name);

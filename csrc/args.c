@@ -1,6 +1,6 @@
-/* args.c: argument helpers shared by py_resample.c, py_voxelize.c and py_fuse.c: keyword
- * slots, flags, mode names, shape and dtype checks (each raising the message the ops have
- * always raised), content-check errors of resample/fuse and the (out, extra) result.
+/* args.c: argument helpers shared by the py_<op>.c files: keyword slots, flags, names among an
+ * op's interned choices, shape and dtype checks (each raising the message the ops have always
+ * raised), resample/fuse's content check and its errors, and the (out, extra) result.
  * Per call, not per element: nothing here shows in a benchmark.
  */
 #include <string.h>

@@ -161,6 +161,19 @@ static void as_resample(rc_resample_args *ra, const rc_fuse_args *fa, int k) {
     ra->tolerance = fa->tolerance;
 }
 
+/* Stream k's label for messages ("streams[0]", "streams['arm']": key_repr NULL or the key's
+ * repr) and the names of its parts, written from a local copy of the label (gcc's -Wrestrict
+ * cannot tell two fields of one struct apart). */
+static void name_stream(job *j, int k, const char *key_repr) {
+    char label[LABEL_LEN];
+    if (key_repr) snprintf(label, sizeof label, "streams[%.60s]", key_repr);
+    else snprintf(label, sizeof label, "streams[%d]", k);
+    memcpy(j->labels[k], label, sizeof label);
+    snprintf(j->part_names[k][0], sizeof j->part_names[k][0], "%.64s values", label);
+    snprintf(j->part_names[k][1], sizeof j->part_names[k][1], "%.64s times", label);
+    snprintf(j->part_names[k][2], sizeof j->part_names[k][2], "%.64s offsets", label);
+}
+
 /* The streams container: a list/tuple of streams, or a dict name -> stream (its keys kept for
  * modes=), each labelled for the messages. */
 static int parse_container(job *j, PyObject *sobj) {
@@ -179,7 +192,7 @@ static int parse_container(job *j, PyObject *sobj) {
                 Py_XDECREF(r);
                 return -1;
             }
-            snprintf(j->labels[k], LABEL_LEN, "streams[%.60s]", rs);
+            name_stream(j, (int)k, rs);
             Py_DECREF(r);
             k++;
         }
@@ -188,7 +201,7 @@ static int parse_container(job *j, PyObject *sobj) {
         if (K > K_MAX) goto too_many;
         for (Py_ssize_t k = 0; k < K; k++) {
             j->items[k] = PySequence_Fast_GET_ITEM(sobj, k);
-            snprintf(j->labels[k], LABEL_LEN, "streams[%d]", (int)k);
+            name_stream(j, (int)k, NULL);
         }
     } else {
         PyErr_Format(PyExc_TypeError,
@@ -234,9 +247,6 @@ static int parse_streams(job *j) {
             return -1;
         }
         for (Py_ssize_t i = 0; i < n; i++) j->parts[k][i] = PySequence_Fast_GET_ITEM(it, i);
-        snprintf(j->part_names[k][0], sizeof j->part_names[k][0], "%.64s values", j->labels[k]);
-        snprintf(j->part_names[k][1], sizeof j->part_names[k][1], "%.64s times", j->labels[k]);
-        snprintf(j->part_names[k][2], sizeof j->part_names[k][2], "%.64s offsets", j->labels[k]);
     }
     return 0;
 }

@@ -1,6 +1,6 @@
-/* args.c: argument helpers shared by py_resample.c, py_voxelize.c and py_fuse.c: keyword
- * slots, flags, mode names, shape and dtype checks (each raising the message the ops have
- * always raised), content-check errors of resample/fuse and the (out, extra) result.
+/* args.c: argument helpers shared by the py_<op>.c files: keyword slots, flags, names among an
+ * op's interned choices, shape and dtype checks (each raising the message the ops have always
+ * raised), resample/fuse's content check and its errors, and the (out, extra) result.
  * Per call, not per element: nothing here shows in a benchmark.
  */
 #include <string.h>
@@ -93,8 +93,8 @@ int rc_name_index(PyObject *obj, PyObject *const names[5], const char *arg,
     return -1;
 }
 
-int rc_parse_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char *name) {
-    int m = rc_name_index(obj, st->mode_names, name,
+int rc_parse_mode(rc_mode *mode, PyObject *obj, PyObject *const modes[5], const char *name) {
+    int m = rc_name_index(obj, modes, name,
                           "'linear', 'nearest', 'previous', 'next' or 'slerp'");
     if (m < 0) return -1;
     *mode = (rc_mode)m;
@@ -157,12 +157,13 @@ int rc_expect_leading(const rc_tensor *v, const rc_tensor *t, int lead, const ch
     return 0;
 }
 
-int rc_expect_mode_dtype(rc_state *st, const rc_tensor *v, rc_mode mode, const char *name) {
+int rc_expect_mode_dtype(const rc_tensor *v, rc_mode mode, const char *name) {
+    static const char *const modes[5] = {RC_MODE_NAMES};
     if ((mode != RC_LINEAR && mode != RC_SLERP) || rc_dtype_is_float(v->dtype)) return 0;
     PyErr_Format(PyExc_TypeError,
-                 "%s: mode '%U' needs a floating dtype, got %s (use 'nearest', 'previous' or "
+                 "%s: mode '%s' needs a floating dtype, got %s (use 'nearest', 'previous' or "
                  "'next' for integer and bool streams)",
-                 name, st->mode_names[mode], rc_dtype_name(v->dtype));
+                 name, modes[mode], rc_dtype_name(v->dtype));
     return -1;
 }
 
@@ -279,14 +280,13 @@ static int check_cpu(rc_state *st, const rc_resample_args *ra, int ragged, const
     return 0;
 }
 
-#ifdef RC_WITH_CUDA
 /* The same on the GPU (a host sync); scratch: 3 int64 on the device. */
 static int check_cuda(rc_state *st, int64_t *scratch, const rc_resample_args *ra, int ragged,
                       const char *label, int device_id, void *stream) {
     rc_check_result verdict = {0, 0, 0};
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = rc_resample_check_cuda(&verdict, scratch, ra, device_id, stream);
+    status = RC_CUDA_LAUNCH(rc_resample_check_cuda(&verdict, scratch, ra, device_id, stream));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) { rc_raise_status(st, status); return -1; }
     if (verdict.kind != RC_CHECK_OK) {
@@ -298,7 +298,6 @@ static int check_cuda(rc_state *st, int64_t *scratch, const rc_resample_args *ra
     }
     return 0;
 }
-#endif
 
 int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, int n, int ragged,
                       const char *const *labels) {
@@ -307,9 +306,9 @@ int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, in
             if (check_cpu(c->st, &ra[k], ragged, labels ? labels[k] : NULL) != 0) return -1;
         return 0;
     }
-#ifdef RC_WITH_CUDA
     void *stream;
-    if (rc_call_stream(c, &stream) != 0) return -1;
+    if (rc_require_cuda(c->st, c->first_name, c->device_id) != 0 || rc_call_stream(c, &stream) != 0)
+        return -1;
     PyObject *scratch_obj = NULL;
     rc_tensor scratch;
     int64_t three = 3;
@@ -320,9 +319,6 @@ int rc_check_resample(rc_call *c, PyObject *like, const rc_resample_args *ra, in
                          labels ? labels[k] : NULL, c->device_id, stream);
     Py_DECREF(scratch_obj);
     return bad ? -1 : 0;
-#else
-    return 0; /* not built with CUDA: the op raises rc_no_cuda_error instead of running */
-#endif
 }
 
 PyObject *rc_result(PyObject *out, PyObject *extra) {

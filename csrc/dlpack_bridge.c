@@ -327,7 +327,7 @@ void rc_call_release(rc_call *c) {
     /* stream= other than the current stream: our copies and temporaries go back to the
      * framework's allocator below, which orders reuse on its current stream; make that stream
      * wait for the kernel first (no host sync) */
-    if (c->joined) rc_cuda_stream_wait(c->current, c->stream, c->device_id);
+    if (c->joined) rc_stream_wait_cuda(c->current, c->stream, c->device_id);
     c->joined = 0;
 #endif
     /* Deleters and capsule destructors may run Python code (a producer written with ctypes,
@@ -438,7 +438,7 @@ int rc_call_stream(rc_call *c, void **stream) {
         void *cur = NULL;
         if (current_stream(c, c->device_id, first, &cur) != 0) return -1;
         if (cur != c->stream) {
-            rc_status st = rc_cuda_stream_wait(c->stream, cur, c->device_id);
+            rc_status st = rc_stream_wait_cuda(c->stream, cur, c->device_id);
             if (st != RC_OK) { rc_raise_status(c->st, st); return -1; }
             c->current = cur;
             c->joined = 1;
@@ -569,7 +569,7 @@ static int import_capsule(rc_call *c, rc_tensor *view, rc_span *span, PyObject *
         return -1;
 #else
         int count = 0;
-        if (rc_cuda_device_count(&count) != RC_OK || dev_id >= count) {
+        if (rc_device_count_cuda(&count) != RC_OK || dev_id >= count) {
             PyErr_Format(c->st->CudaError, "%s is on cuda:%d but the CUDA runtime sees %d device%s",
                          name, dev_id, count, count == 1 ? "" : "s");
             return -1;

@@ -40,12 +40,12 @@
 
 enum { RC_YUV_Y, RC_YUV_YOFF, RC_YUV_VR, RC_YUV_UG, RC_YUV_VG, RC_YUV_UB, RC_YUV_NCOEFFS };
 
-/* The coefficients of `matrix` (rc_frames_matrix) and range, in units of 2^-13: the matrix's
+/* The coefficients of `matrix` (rc_yuv_matrix) and range, in units of 2^-13: the matrix's
  * Kr/Kb terms (R = Y + 2(1-Kr)V, B = Y + 2(1-Kb)U, G = Y - 2Kb(1-Kb)/Kg U - 2Kr(1-Kr)/Kg V), each
  * scaled by 255/224 (chroma) and 255/219 (luma) for limited range, rounded to 16.16 and then to
  * 2^-13 as swscale does (full range takes the 16.16 chroma values times 224/255, truncated).
  * tests/reference.py derives the same numbers from Kr, Kb. Host only (the binding fills
- * rc_frames_args.yuv with them). */
+ * rc_gather_frames_args.yuv with them). */
 static inline void rc_yuv_coeffs(int32_t k[RC_YUV_NCOEFFS], int matrix, int full_range) {
     static const int16_t table[3][2][RC_YUV_NCOEFFS] = {
         /* y, yoff, vr, ug, vg, ub: limited range, then full range */
@@ -132,6 +132,6 @@ RC_HD uint8_t rc_to_u8(float v) {
 
 /* Float out: v / scale (a true division, as torch's x / 255.0) when scale > 0, then rounded to
  * out_dtype; the 16-bit types come back as their bits. */
-RC_HD float rc_frames_scaled(float v, float scale) { return scale > 0.0f ? RC_FDIV(v, scale) : v; }
+RC_HD float rc_frame_scaled(float v, float scale) { return scale > 0.0f ? RC_FDIV(v, scale) : v; }
 
 #endif /* RC_FRAMES_MATH_H */

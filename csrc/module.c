@@ -1,6 +1,7 @@
-/* module.c: robocache._C: module state, method table, build facts, the DataLoader's graph launch.
- * The ops live in py_<op>.c; DLPack handling in dlpack_bridge.c. Multi-phase init (PEP 489),
- * state in the module object, no globals besides the method table. */
+/* module.c: robocache._C: module state, the hook table of the ops (each py_<op>.c adds its
+ * functions and interned names through its rc_op), build facts, the DataLoader's graph launch.
+ * DLPack handling lives in dlpack_bridge.c. Multi-phase init (PEP 489), state in the module
+ * object, no globals besides the method and hook tables. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -65,14 +66,14 @@ static PyObject *build_info(PyObject *module, PyObject *unused) {
     const char *device_error = "";
 #ifdef RC_WITH_CUDA
     cuda = 1;
-    runtime = rc_cuda_runtime_version();
-    driver = rc_cuda_driver_version();
+    runtime = rc_runtime_version_cuda();
+    driver = rc_driver_version_cuda();
     int count = 0;
-    if (rc_cuda_device_count(&count) != RC_OK) device_error = rc_last_error();
+    if (rc_device_count_cuda(&count) != RC_OK) device_error = rc_last_error();
     for (int i = 0; i < count; i++) {
         char name[256];
         int major = 0, minor = 0;
-        if (rc_cuda_device_name(name, (int)sizeof name, &major, &minor, i) != RC_OK) continue;
+        if (rc_device_name_cuda(name, (int)sizeof name, &major, &minor, i) != RC_OK) continue;
         PyObject *d = Py_BuildValue("{s:i,s:s,s:(ii)}", "index", i, "name", name,
                                     "capability", major, minor);
         if (!d || PyList_Append(devices, d) != 0) {
@@ -122,16 +123,13 @@ static PyObject *graph_launch(PyObject *module, PyObject *const *args, Py_ssize_
         PyErr_Format(PyExc_ValueError, "_graph_launch: device: expected a CUDA device index, got %ld", device);
         return NULL;
     }
-#ifdef RC_WITH_CUDA
+    if (rc_require_cuda(st, "_graph_launch", (int)device) != 0) return NULL;
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = rc_cuda_graph_launch(h[0], h[1], h[2], h[3], h[4], h[5], (int)device);
+    status = RC_CUDA_LAUNCH(rc_graph_launch_cuda(h[0], h[1], h[2], h[3], h[4], h[5], (int)device));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;
-#else
-    return rc_no_cuda_error(st, "_graph_launch", (int)device);
-#endif
 }
 
 PyDoc_STRVAR(host_register_doc,
@@ -157,16 +155,13 @@ static PyObject *host_register(PyObject *module, PyObject *const *args, Py_ssize
                      nbytes);
         return NULL;
     }
-#ifdef RC_WITH_CUDA
+    if (rc_require_cuda(st, "_host_register", 0) != 0) return NULL;
     rc_status status;
     Py_BEGIN_ALLOW_THREADS /* 0.1-0.2 s per GB: the driver locks and maps every page */
-    status = rc_cuda_host_register(ptr, (size_t)nbytes, read_only);
+    status = RC_CUDA_LAUNCH(rc_host_register_cuda(ptr, (size_t)nbytes, read_only));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;
-#else
-    return rc_no_cuda_error(st, "_host_register", 0);
-#endif
 }
 
 PyDoc_STRVAR(host_unregister_doc,
@@ -176,33 +171,16 @@ static PyObject *host_unregister(PyObject *module, PyObject *arg) {
     rc_state *st = rc_get_state(module);
     void *ptr = PyLong_AsVoidPtr(arg);
     if (!ptr && PyErr_Occurred()) return NULL;
-#ifdef RC_WITH_CUDA
+    if (rc_require_cuda(st, "_host_unregister", 0) != 0) return NULL;
     rc_status status;
     Py_BEGIN_ALLOW_THREADS
-    status = rc_cuda_host_unregister(ptr);
+    status = RC_CUDA_LAUNCH(rc_host_unregister_cuda(ptr));
     Py_END_ALLOW_THREADS
     if (status != RC_OK) return rc_raise_status(st, status);
     Py_RETURN_NONE;
-#else
-    return rc_no_cuda_error(st, "_host_unregister", 0);
-#endif
 }
 
 static PyMethodDef methods[] = {
-    {"resample", (PyCFunction)(void (*)(void))rc_py_resample, METH_FASTCALL | METH_KEYWORDS,
-     rc_resample_doc_text},
-    {"voxelize", (PyCFunction)(void (*)(void))rc_py_voxelize, METH_FASTCALL | METH_KEYWORDS,
-     rc_voxelize_doc_text},
-    {"fuse", (PyCFunction)(void (*)(void))rc_py_fuse, METH_FASTCALL | METH_KEYWORDS,
-     rc_fuse_doc_text},
-    {"gather_frames", (PyCFunction)(void (*)(void))rc_py_gather_frames,
-     METH_FASTCALL | METH_KEYWORDS, rc_gather_frames_doc_text},
-    {"decode_jpeg", (PyCFunction)(void (*)(void))rc_py_decode_jpeg,
-     METH_FASTCALL | METH_KEYWORDS, rc_decode_jpeg_doc_text},
-    {"jpeg_backend", (PyCFunction)(void (*)(void))rc_py_jpeg_backend, METH_FASTCALL,
-     rc_jpeg_backend_doc_text},
-    {"copy_planes", (PyCFunction)(void (*)(void))rc_py_copy_planes, METH_FASTCALL,
-     rc_copy_planes_doc_text},
     {"set_num_threads", set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"_build_info", build_info, METH_NOARGS, build_info_doc},
@@ -212,9 +190,25 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static int intern(PyObject **slot, const char *s) {
-    *slot = PyUnicode_InternFromString(s);
-    return *slot ? 0 : -1;
+/* The hook table: every op's functions and names (py_<op>.c), in no particular order. */
+static const rc_op *const ops[] = {&rc_resample_op, &rc_voxelize_op, &rc_fuse_op,
+                                   &rc_gather_frames_op, &rc_decode_jpeg_op, &rc_copy_planes_op};
+_Static_assert(sizeof ops / sizeof *ops == RC_NUM_OPS, "module.c's table lists every rc_op_id");
+
+/* Op's functions into the module, its names interned after the names of the ops before it. */
+static int add_op(PyObject *m, rc_state *st, const rc_op *op) {
+    if (st->n_names + op->n_names > RC_MAX_NAMES) {
+        PyErr_Format(PyExc_SystemError, "robocache._C: more than RC_MAX_NAMES (%d) interned names",
+                     RC_MAX_NAMES);
+        return -1;
+    }
+    st->first_name[op->id] = st->n_names;
+    for (int i = 0; i < op->n_names; i++) {
+        PyObject *name = PyUnicode_InternFromString(op->names[i]);
+        if (!name) return -1;
+        st->names[st->n_names++] = name;
+    }
+    return PyModule_AddFunctions(m, op->methods);
 }
 
 static int exec_module(PyObject *m) {
@@ -224,28 +218,8 @@ static int exec_module(PyObject *m) {
         "robocache.CudaError", "A CUDA runtime call failed, or CUDA is not available.",
         PyExc_RuntimeError, NULL);
     if (!st->CudaError || PyModule_AddObjectRef(m, "CudaError", st->CudaError) != 0) return -1;
-    if (intern(&st->kw_values, "values") || intern(&st->kw_times, "times") ||
-        intern(&st->kw_new_times, "new_times") || intern(&st->kw_mode, "mode") ||
-        intern(&st->kw_offsets, "offsets") || intern(&st->kw_index, "index") ||
-        intern(&st->kw_lengths, "lengths") || intern(&st->kw_out, "out") ||
-        intern(&st->kw_return_mask, "return_mask") || intern(&st->kw_tolerance, "tolerance") ||
-        intern(&st->kw_check, "check") || intern(&st->kw_stream, "stream"))
-        return -1;
-    static const char *const modes[5] = {"linear", "nearest", "previous", "next", "slerp"};
-    for (int i = 0; i < 5; i++)
-        if (intern(&st->mode_names[i], modes[i])) return -1;
-    if (intern(&st->kw_points, "points") || intern(&st->kw_features, "features") ||
-        intern(&st->kw_grid, "grid") || intern(&st->kw_voxel_size, "voxel_size") ||
-        intern(&st->kw_origin, "origin") || intern(&st->kw_dtype, "dtype") ||
-        intern(&st->kw_deterministic, "deterministic") ||
-        intern(&st->kw_return_dropped, "return_dropped"))
-        return -1;
-    static const char *const vox_modes[5] = {"occupancy", "count", "sum", "mean", "max"};
-    for (int i = 0; i < 5; i++)
-        if (intern(&st->vox_mode_names[i], vox_modes[i])) return -1;
-    if (intern(&st->kw_streams, "streams") || intern(&st->kw_modes, "modes")) return -1;
-    if (intern(&st->str_line_size, "line_size")) return -1;
-    if (rc_frames_init_state(st) != 0 || rc_jpeg_init_state(st) != 0) return -1;
+    for (int i = 0; i < RC_NUM_OPS; i++)
+        if (add_op(m, st, ops[i]) != 0) return -1;
 #ifdef RC_WITH_CUDA
     if (PyModule_AddIntConstant(m, "WITH_CUDA", 1) != 0) return -1;
 #else
@@ -273,33 +247,8 @@ static int clear(PyObject *m) {
     for (int i = 0; i < RC_NUM_DTYPES; i++) Py_CLEAR(st->torch_dtypes[i]);
     for (int i = 0; i < st->n_apis; i++) Py_CLEAR(st->apis[i].type);
     st->n_apis = 0;
-    Py_CLEAR(st->kw_values);
-    Py_CLEAR(st->kw_times);
-    Py_CLEAR(st->kw_new_times);
-    Py_CLEAR(st->kw_mode);
-    Py_CLEAR(st->kw_offsets);
-    Py_CLEAR(st->kw_index);
-    Py_CLEAR(st->kw_lengths);
-    Py_CLEAR(st->kw_out);
-    Py_CLEAR(st->kw_return_mask);
-    Py_CLEAR(st->kw_tolerance);
-    Py_CLEAR(st->kw_check);
-    Py_CLEAR(st->kw_stream);
-    for (int i = 0; i < 5; i++) Py_CLEAR(st->mode_names[i]);
-    Py_CLEAR(st->kw_points);
-    Py_CLEAR(st->kw_features);
-    Py_CLEAR(st->kw_grid);
-    Py_CLEAR(st->kw_voxel_size);
-    Py_CLEAR(st->kw_origin);
-    Py_CLEAR(st->kw_dtype);
-    Py_CLEAR(st->kw_deterministic);
-    Py_CLEAR(st->kw_return_dropped);
-    for (int i = 0; i < 5; i++) Py_CLEAR(st->vox_mode_names[i]);
-    Py_CLEAR(st->kw_streams);
-    Py_CLEAR(st->kw_modes);
-    Py_CLEAR(st->str_line_size);
-    rc_frames_clear_state(st);
-    rc_jpeg_clear_state(st);
+    for (int i = 0; i < st->n_names; i++) Py_CLEAR(st->names[i]);
+    st->n_names = 0;
     return 0;
 }
 

@@ -1,6 +1,7 @@
-/* module.h: what the CPython glue files share: module state, the message and exception helpers
- * (messages.c), the per-call import context (dlpack_bridge.c) and the argument helpers (args.c).
- * Files call down that list, never up it (tests/test_layering.py); module.c sits on top.
+/* module.h: what the CPython glue files share: module state, the ops' hook table (module.c),
+ * the dispatch tail (dispatch.c), the message and exception helpers (messages.c), the per-call
+ * import context (dlpack_bridge.c) and the argument helpers (args.c). module.c sits on top and
+ * reaches each op only through its rc_op; files call down, never up (tests/test_layering.py).
  * Kernel code never includes this. */
 #ifndef RC_MODULE_H
 #define RC_MODULE_H
@@ -13,6 +14,16 @@
 
 #define RC_API_CACHE 16   /* distinct array types remembered (torch.Tensor, Parameter, ...) */
 #define RC_MAX_IMPORTS 96 /* arrays one call may import or allocate (fuse: 3 per stream) */
+#define RC_MAX_NAMES 128  /* interned names of all ops together (module.c checks at exec) */
+
+/* The ops, in module.c's table; an op's id says where its names are in rc_state. */
+typedef enum {
+    RC_OP_RESAMPLE, RC_OP_VOXELIZE, RC_OP_FUSE, RC_OP_GATHER_FRAMES, RC_OP_DECODE_JPEG,
+    RC_OP_COPY_PLANES, RC_NUM_OPS
+} rc_op_id;
+
+/* resample's modes in rc_mode order, for the name lists of the ops that take them */
+#define RC_MODE_NAMES "linear", "nearest", "previous", "next", "slerp"
 
 typedef struct {
     PyTypeObject *type;            /* strong ref */
@@ -29,23 +40,11 @@ typedef struct {
     rc_api_entry apis[RC_API_CACHE];
     int n_apis;
     int num_threads;
-    /* interned keyword names, compared by pointer first */
-    PyObject *kw_values, *kw_times, *kw_new_times, *kw_mode, *kw_offsets, *kw_index,
-        *kw_lengths, *kw_out, *kw_return_mask, *kw_tolerance, *kw_check, *kw_stream;
-    PyObject *mode_names[5];       /* indexed by rc_mode */
-    /* voxelize (py_voxelize.c) */
-    PyObject *kw_points, *kw_features, *kw_grid, *kw_voxel_size, *kw_origin, *kw_dtype,
-        *kw_deterministic, *kw_return_dropped;
-    PyObject *vox_mode_names[5];   /* indexed by rc_vox_mode */
-    /* fuse (py_fuse.c) */
-    PyObject *kw_streams, *kw_modes;
-    /* gather_frames (py_frames.c): its keyword names, interned by rc_frames_init_state */
-    PyObject *frames_kw[11];
-    /* decode_jpeg (py_jpeg.c): its keyword names and backend names, interned by rc_jpeg_init_state */
-    PyObject *jpeg_kw[9];
-    PyObject *jpeg_backend_names[5];
-    /* copy_planes (py_planes.c): the planes' attribute */
-    PyObject *str_line_size;
+    /* the ops' interned names (keywords, then choices such as mode names), compared by pointer
+     * first; op `id` owns names[first_name[id]...] (rc_op_names), listed by its rc_op */
+    PyObject *names[RC_MAX_NAMES];
+    int first_name[RC_NUM_OPS];
+    int n_names;
 } rc_state;
 
 /* One imported (or allocated) array, released at the end of the call. */
@@ -73,35 +72,58 @@ typedef struct {
     int n_imports;
 } rc_call;
 
-/* Inline rather than in module.c: every op needs it, and module.c calls the ops. */
+/* Inline, in no .c file: every glue file needs it, and module.c (the top) calls the ops. */
 static inline rc_state *rc_get_state(PyObject *module) {
     return (rc_state *)PyModule_GetState(module);
 }
 
-/* the ops (py_<op>.c) */
-PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames);
-extern const char rc_resample_doc_text[];
-PyObject *rc_py_voxelize(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames);
-extern const char rc_voxelize_doc_text[];
-PyObject *rc_py_fuse(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                    PyObject *kwnames);
-extern const char rc_fuse_doc_text[];
-PyObject *rc_py_gather_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames);
-extern const char rc_gather_frames_doc_text[];
-int rc_frames_init_state(rc_state *st);   /* module exec: 0, or -1 with the exception set */
-void rc_frames_clear_state(rc_state *st); /* module clear */
-PyObject *rc_py_decode_jpeg(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames);
-extern const char rc_decode_jpeg_doc_text[];
-PyObject *rc_py_jpeg_backend(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-extern const char rc_jpeg_backend_doc_text[];
-PyObject *rc_py_copy_planes(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-extern const char rc_copy_planes_doc_text[];
-int rc_jpeg_init_state(rc_state *st);
-void rc_jpeg_clear_state(rc_state *st);
+/* ---- the ops' hook table ---- */
+
+/* One op's glue (py_<op>.c), all it exposes: module.c adds its functions to robocache._C and
+ * interns its names into the module state at exec, drops them at clear. An op file never calls
+ * module.c (tests/test_layering.py). */
+typedef struct {
+    rc_op_id id;
+    PyMethodDef *methods;      /* NULL-terminated */
+    const char *const *names;  /* interned in this order; the op indexes them by its own enum */
+    int n_names;
+} rc_op;
+
+extern const rc_op rc_resample_op, rc_voxelize_op, rc_fuse_op, rc_gather_frames_op,
+    rc_decode_jpeg_op, rc_copy_planes_op;
+
+/* The interned names op `id` listed, in its order. */
+static inline PyObject *const *rc_op_names(const rc_state *st, rc_op_id id) {
+    return st->names + st->first_name[id];
+}
+
+/* ---- the dispatch tail (dispatch.c) ---- */
+
+/* An op's two kernels over its own job struct: adapters around rc_<op>_cpu / rc_<op>_cuda
+ * (robocache.h), since a kernel cannot be called through a pointer of another type. */
+typedef struct {
+    rc_status (*cpu)(void *job, int num_threads);         /* NULL: the op refuses CPU arrays first */
+    rc_status (*cuda)(void *job, int device, void *stream);
+} rc_kernels;
+
+/* The body of a CUDA adapter: the launcher call, which a CPU-only build does not have (rc_run
+ * raises CudaError there before any adapter could run); sizeof still type-checks the call there
+ * without making it. */
+#ifdef RC_WITH_CUDA
+#define RC_CUDA_LAUNCH(call) (call)
+#else
+#define RC_CUDA_LAUNCH(call) ((void)sizeof(call), RC_ERR_UNSUPPORTED)
+#endif
+
+/* Runs the kernel of the call's device on `job`, without the GIL: the CPU one on the module's
+ * threads, the CUDA one on the call's stream (resolved even when work is 0, which launches
+ * nothing). A CUDA call in a CPU-only build raises CudaError naming the call's first argument; a
+ * failed rc_status raises its exception. Returns 0, or -1 with the exception set. */
+int rc_run(rc_call *c, const rc_kernels *k, void *job, int work);
+
+/* Before a CUDA call outside rc_run (a runtime query, a pointer's kind): 0 in a CUDA build; in a
+ * CPU-only build CudaError "<name> is on cuda:<device> but ... built without CUDA", -1. */
+int rc_require_cuda(rc_state *st, const char *name, int device);
 
 /* ---- messages and exceptions (messages.c) ---- */
 
@@ -166,8 +188,9 @@ int rc_parse_int_range(int64_t *v, PyObject *obj, const char *arg, int64_t lo, i
 int rc_parse_flag(int *flag, PyObject *obj, int dflt);
 /* Index of obj among 5 interned names (arg and "'a', 'b' or 'c'" name it in errors), or -1. */
 int rc_name_index(PyObject *obj, PyObject *const names[5], const char *arg, const char *choices);
-/* A resample mode name ('linear', ...); `name` is the argument it came from ("modes[2]"). */
-int rc_parse_mode(rc_state *st, rc_mode *mode, PyObject *obj, const char *name);
+/* A resample mode name ('linear', ...) among the op's interned RC_MODE_NAMES `modes`; `name` is
+ * the argument it came from ("modes[2]"). */
+int rc_parse_mode(rc_mode *mode, PyObject *obj, PyObject *const modes[5], const char *name);
 /* tolerance=: 1e-4 when not given or None, else a number >= 0 (seconds). */
 int rc_parse_tolerance(double *tolerance, PyObject *obj);
 /* Raises ValueError "<name>: expected <what>, got shape [...]"; returns -1. */
@@ -182,7 +205,7 @@ int rc_expect_times_dtype(const rc_tensor *v, const char *name);
 int rc_expect_leading(const rc_tensor *v, const rc_tensor *t, int lead, const char *name,
                       const char *times_name);
 /* linear and slerp need floating values. */
-int rc_expect_mode_dtype(rc_state *st, const rc_tensor *v, rc_mode mode, const char *name);
+int rc_expect_mode_dtype(const rc_tensor *v, rc_mode mode, const char *name);
 /* slerp needs quaternions (x, y, z, w) in a last dim of 4 after the `lead` dims. */
 int rc_expect_quaternions(const rc_tensor *v, int lead, rc_mode mode, const char *name);
 /* Dims [first, ndim) of v as one strided dim: 1, or 0 (no exception) where they are not one. */

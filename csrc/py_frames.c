@@ -1,5 +1,5 @@
 /* py_frames.c: robocache._C.gather_frames: argument parsing, validation and dispatch to
- * rc_frames_cpu / rc_frames_cuda.
+ * rc_gather_frames_cpu / rc_gather_frames_cuda.
  * Shapes (elements): storage rgb [N, H, W, C] or [N, H*W*C], yuv420 [N, H*W + 2*ch*cw];
  * ids [M] (any shape, flattened); out [M, H', W', C] with any strides.
  * Benchmark: python benchmarks/bench_frames.py
@@ -10,7 +10,7 @@
 #include "frames_math.h"
 #include "module.h"
 
-const char rc_gather_frames_doc_text[] =
+PyDoc_STRVAR(gather_frames_doc,
 "gather_frames(storage, ids, out, *, format, height, width, channels, matrix='bt601',\n"
 "              full_range=False, scale=None, stream=None)\n"
 "--\n"
@@ -43,28 +43,21 @@ const char rc_gather_frames_doc_text[] =
 "\n"
 "Returns\n"
 "-------\n"
-"out. See docs/frames.md for exact semantics.\n";
+"out. See docs/frames.md for exact semantics.\n");
 
 enum { A_STORAGE, A_IDS, A_OUT, A_FORMAT, A_HEIGHT, A_WIDTH, A_CHANNELS, A_MATRIX,
        A_FULL_RANGE, A_SCALE, A_STREAM, A_COUNT };
 
-_Static_assert(sizeof(((rc_state *)0)->frames_kw) == A_COUNT * sizeof(PyObject *),
-               "rc_state.frames_kw holds one name per argument");
+static const char *const names[A_COUNT] = {"storage", "ids", "out", "format", "height",
+                                           "width", "channels", "matrix", "full_range",
+                                           "scale", "stream"};
 
-int rc_frames_init_state(rc_state *st) {
-    static const char *const names[A_COUNT] = {"storage", "ids", "out", "format", "height",
-                                               "width", "channels", "matrix", "full_range",
-                                               "scale", "stream"};
-    for (int i = 0; i < A_COUNT; i++) {
-        st->frames_kw[i] = PyUnicode_InternFromString(names[i]);
-        if (!st->frames_kw[i]) return -1;
-    }
-    return 0;
-}
-
-void rc_frames_clear_state(rc_state *st) {
-    for (int i = 0; i < A_COUNT; i++) Py_CLEAR(st->frames_kw[i]);
-}
+/* One call: its arguments, the arrays it imported, the kernel's arguments. */
+typedef struct {
+    PyObject *arg[A_COUNT];  /* borrowed; NULL: not given */
+    rc_tensor ids, out, storage;
+    rc_gather_frames_args fa;
+} job;
 
 /* Index of obj among n ASCII names, or -1 with ValueError/TypeError naming arg and choices. */
 static int parse_choice(PyObject *obj, const char *const *names, int n, const char *arg,
@@ -106,10 +99,10 @@ static int distinct_elements(const rc_tensor *v) {
 /* Storage on the CPU used by a CUDA call: it must be pinned, and the kernel reads it through
  * the address the device sees. */
 static int pinned_storage(rc_state *st, const void **dev_ptr, const void *ptr, int device) {
-#ifdef RC_WITH_CUDA
     int kind = 0, where = -1;
     void *alias = NULL;
-    rc_status status = rc_cuda_pointer_kind(&kind, &where, &alias, ptr);
+    if (rc_require_cuda(st, "ids", device) != 0) return -1;
+    rc_status status = RC_CUDA_LAUNCH(rc_pointer_kind_cuda(&kind, &where, &alias, ptr));
     if (status != RC_OK) {
         rc_raise_status(st, status);
         return -1;
@@ -135,16 +128,10 @@ static int pinned_storage(rc_state *st, const void **dev_ptr, const void *ptr, i
     }
     *dev_ptr = alias;
     return 0;
-#else
-    (void)dev_ptr;
-    (void)ptr;
-    rc_no_cuda_error(st, "ids", device);
-    return -1;
-#endif
 }
 
 /* Checks storage against format/height/width/channels and fills the storage fields of fa. */
-static int check_storage(rc_frames_args *fa, const rc_tensor *s) {
+static int check_storage(rc_gather_frames_args *fa, const rc_tensor *s) {
     char buf[160];
     const int64_t H = fa->height, W = fa->width, C = fa->channels;
     const int64_t row = fa->format == RC_FRAMES_YUV420
@@ -203,7 +190,7 @@ static int check_storage(rc_frames_args *fa, const rc_tensor *s) {
 }
 
 /* Checks out [M, H', W', C] and fills the out fields of fa. */
-static int check_out(rc_frames_args *fa, const rc_tensor *o) {
+static int check_out(rc_gather_frames_args *fa, const rc_tensor *o) {
     char buf[160];
     if (o->dtype != RC_U8 && o->dtype != RC_F32 && o->dtype != RC_F16 && o->dtype != RC_BF16) {
         PyErr_Format(PyExc_TypeError, "out: expected uint8, float32, float16 or bfloat16, got %s",
@@ -247,147 +234,158 @@ static int check_out(rc_frames_args *fa, const rc_tensor *o) {
     return 0;
 }
 
-PyObject *rc_py_gather_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                              PyObject *kwnames) {
-    rc_state *st = rc_get_state(module);
-    PyObject *a_[A_COUNT];
+/* scale=: float out is divided by it; a positive finite float32. */
+static int parse_scale(float *scale, PyObject *obj) {
+    if (rc_is_none(obj)) return 0;
+    if (!PyFloat_Check(obj) && !PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "scale: expected a number, got %.100s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    double s = PyFloat_AsDouble(obj);
+    if (s == -1.0 && PyErr_Occurred()) return -1;
+    if (!(s > 0.0) || !isfinite(s) || !((float)s > 0.0f) || !isfinite((float)s)) {
+        PyErr_Format(PyExc_ValueError, "scale: expected a finite number > 0, got %R", obj);
+        return -1;
+    }
+    *scale = (float)s;
+    return 0;
+}
+
+/* Keywords and options: the frame's format, size and color conversion, and scale. */
+static int parse(const rc_state *st, job *j, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames) {
     static const int required[] = {A_STORAGE, A_IDS, A_OUT, A_FORMAT, A_HEIGHT, A_WIDTH,
                                    A_CHANNELS};
     static const rc_signature sig = {"gather_frames", "storage, ids, out", 3, required, 7};
-    if (rc_parse_slots(a_, st->frames_kw, A_COUNT, &sig, args, nargs, kwnames) != 0) return NULL;
-
-    /* ---- options ---- */
-    rc_frames_args fa;
-    memset(&fa, 0, sizeof fa);
     static const char *const formats[] = {"rgb", "yuv420"};
     static const char *const matrices[] = {"bt601", "bt709", "bt2020"};
-    int format = parse_choice(a_[A_FORMAT], formats, 2, "format", "'rgb' or 'yuv420'");
-    if (format < 0) return NULL;
-    fa.format = (rc_frames_format)format;
+    rc_gather_frames_args *fa = &j->fa;
+    if (rc_parse_slots(j->arg, rc_op_names(st, RC_OP_GATHER_FRAMES), A_COUNT, &sig, args, nargs,
+                       kwnames) != 0)
+        return -1;
+    int format = parse_choice(j->arg[A_FORMAT], formats, 2, "format", "'rgb' or 'yuv420'");
+    if (format < 0) return -1;
+    fa->format = (rc_frame_format)format;
     int matrix = RC_MATRIX_BT601, full_range;
-    if (!rc_is_none(a_[A_MATRIX])) {
-        matrix = parse_choice(a_[A_MATRIX], matrices, 3, "matrix", "'bt601', 'bt709' or 'bt2020'");
-        if (matrix < 0) return NULL;
+    if (!rc_is_none(j->arg[A_MATRIX])) {
+        matrix = parse_choice(j->arg[A_MATRIX], matrices, 3, "matrix", "'bt601', 'bt709' or 'bt2020'");
+        if (matrix < 0) return -1;
     }
-    if (rc_parse_flag(&full_range, a_[A_FULL_RANGE], 0) != 0) return NULL;
-    rc_yuv_coeffs(fa.yuv, matrix, full_range);
+    if (rc_parse_flag(&full_range, j->arg[A_FULL_RANGE], 0) != 0) return -1;
+    rc_yuv_coeffs(fa->yuv, matrix, full_range);
     /* 2^24: row and column indices are exact in the float32 resize arithmetic */
-    if (rc_parse_int_range(&fa.height, a_[A_HEIGHT], "height", 1, 1 << 24) ||
-        rc_parse_int_range(&fa.width, a_[A_WIDTH], "width", 1, 1 << 24) ||
-        rc_parse_int_range(&fa.channels, a_[A_CHANNELS], "channels", 1, 4))
-        return NULL;
-    if (fa.format == RC_FRAMES_YUV420 && fa.channels != 3) {
+    if (rc_parse_int_range(&fa->height, j->arg[A_HEIGHT], "height", 1, 1 << 24) ||
+        rc_parse_int_range(&fa->width, j->arg[A_WIDTH], "width", 1, 1 << 24) ||
+        rc_parse_int_range(&fa->channels, j->arg[A_CHANNELS], "channels", 1, 4))
+        return -1;
+    if (fa->format == RC_FRAMES_YUV420 && fa->channels != 3) {
         PyErr_Format(PyExc_ValueError, "channels: format 'yuv420' decodes to 3 (RGB), got %lld",
-                     (long long)fa.channels);
-        return NULL;
+                     (long long)fa->channels);
+        return -1;
     }
-    if (!rc_is_none(a_[A_SCALE])) {
-        if (!PyFloat_Check(a_[A_SCALE]) && !PyLong_Check(a_[A_SCALE])) {
-            PyErr_Format(PyExc_TypeError, "scale: expected a number, got %.100s",
-                         Py_TYPE(a_[A_SCALE])->tp_name);
-            return NULL;
-        }
-        double s = PyFloat_AsDouble(a_[A_SCALE]);
-        if (s == -1.0 && PyErr_Occurred()) return NULL;
-        if (!(s > 0.0) || !isfinite(s) || !((float)s > 0.0f) || !isfinite((float)s)) {
-            PyErr_Format(PyExc_ValueError, "scale: expected a finite number > 0, got %R",
-                         a_[A_SCALE]);
-            return NULL;
-        }
-        fa.scale = (float)s;
-    }
+    return parse_scale(&fa->scale, j->arg[A_SCALE]);
+}
 
-    rc_call call, scall; /* storage has a call of its own: it may be pinned host memory */
-    rc_call_init(&call, st, a_[A_STREAM]);
-    rc_call_init(&scall, st, a_[A_STREAM]);
-    rc_tensor ids, out, storage;
-
-    /* ---- ids and out: the call's device ---- */
-    if (rc_import_array(&call, &ids, a_[A_IDS], "ids", 0) != 0) goto fail;
-    if (rc_expect_dtype(&ids, RC_I64, "ids")) goto fail;
-    if (!rc_flatten_trailing(&fa.count, &fa.ids_stride, &ids, 0)) {
-        if (rc_import_contiguous(&call, &ids, a_[A_IDS], "ids") != 0) goto fail;
-        rc_flatten_trailing(&fa.count, &fa.ids_stride, &ids, 0);
+/* ids and out: they set the call's device. */
+static int import_ids_out(rc_call *c, job *j) {
+    rc_gather_frames_args *fa = &j->fa;
+    if (rc_import_array(c, &j->ids, j->arg[A_IDS], "ids", 0) != 0) return -1;
+    if (rc_expect_dtype(&j->ids, RC_I64, "ids")) return -1;
+    if (!rc_flatten_trailing(&fa->count, &fa->ids_stride, &j->ids, 0)) {
+        if (rc_import_contiguous(c, &j->ids, j->arg[A_IDS], "ids") != 0) return -1;
+        rc_flatten_trailing(&fa->count, &fa->ids_stride, &j->ids, 0);
     }
-    fa.ids = (const int64_t *)ids.data;
-    if (rc_import_array(&call, &out, a_[A_OUT], "out", 1) != 0) goto fail;
-    if (rc_expect_no_alias(&call, "out")) goto fail;
-    if (check_out(&fa, &out) != 0) goto fail;
-    if (fa.scale > 0.0f && fa.out_dtype == RC_U8) {
+    fa->ids = (const int64_t *)j->ids.data;
+    if (rc_import_array(c, &j->out, j->arg[A_OUT], "out", 1) != 0) return -1;
+    if (rc_expect_no_alias(c, "out") || check_out(fa, &j->out) != 0) return -1;
+    if (fa->scale > 0.0f && fa->out_dtype == RC_U8) {
         PyErr_SetString(PyExc_ValueError,
                         "scale: only for float out; uint8 out takes the values unscaled");
-        goto fail;
+        return -1;
     }
-
-    /* ---- storage ---- */
-    if (rc_import_array(&scall, &storage, a_[A_STORAGE], "storage", 0) != 0) goto fail;
-    if (check_storage(&fa, &storage) != 0) goto fail;
-    {
-        const rc_import *so = &scall.imports[scall.n_imports - 1];
-        const rc_import *oo = &call.imports[call.n_imports - 1];
-        if (so->lo < oo->hi && oo->lo < so->hi) {
-            PyErr_SetString(PyExc_ValueError,
-                            "out overlaps the memory of storage; robocache reads its inputs "
-                            "while it writes out, so it cannot compute in place (pass a "
-                            "separate array)");
-            goto fail;
-        }
-    }
-    const int on_cuda = call.device_type == RC_DEVICE_CUDA;
-    if (storage.device_type == RC_DEVICE_CUDA &&
-        (!on_cuda || storage.device_id != call.device_id)) {
-        PyErr_Format(PyExc_ValueError, "storage is on cuda:%d but ids and out are on %s:%d",
-                     storage.device_id, on_cuda ? "cuda" : "cpu", call.device_id);
-        goto fail;
-    }
-    const int64_t M = fa.count;
-    if (on_cuda && storage.device_type == RC_DEVICE_CPU && fa.frames > 0 && M > 0 &&
-        pinned_storage(st, &fa.storage, storage.data, call.device_id) != 0)
-        goto fail;
-#ifndef RC_WITH_CUDA
-    if (on_cuda) {
-        rc_no_cuda_error(st, "ids", call.device_id);
-        goto fail;
-    }
-#endif
-
-    /* ---- content (CPU: cheap next to the work) and dispatch ---- */
-    rc_status status = RC_OK;
-    if (!on_cuda) {
-        for (int64_t m = 0; m < M; m++) {
-            const int64_t id = fa.ids[m * fa.ids_stride];
-            if (id >= fa.frames) {
-                PyErr_Format(PyExc_ValueError,
-                             "ids[%lld] = %lld is out of range for storage of %lld frames (ids < "
-                             "0 mean padding)",
-                             (long long)m, (long long)id, (long long)fa.frames);
-                goto fail;
-            }
-        }
-        int nt = st->num_threads;
-        Py_BEGIN_ALLOW_THREADS
-        status = rc_frames_cpu(&fa, nt);
-        Py_END_ALLOW_THREADS
-    } else {
-#ifdef RC_WITH_CUDA
-        void *stream;
-        if (rc_call_stream(&call, &stream) != 0) goto fail;
-        if (M > 0 && fa.out_height > 0 && fa.out_width > 0) {
-            Py_BEGIN_ALLOW_THREADS
-            status = rc_frames_cuda(&fa, call.device_id, stream);
-            Py_END_ALLOW_THREADS
-        }
-#endif
-    }
-    if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
-
-    rc_call_release(&scall);
-    rc_call_release(&call);
-    Py_INCREF(a_[A_OUT]);
-    return a_[A_OUT];
-
-fail:
-    rc_call_release(&scall);
-    rc_call_release(&call);
-    return NULL;
+    return 0;
 }
+
+/* storage, in a call of its own (it may be pinned host memory read by a CUDA call): its shape
+ * against the format, no byte shared with out, and on the device of the call or pinned. */
+static int import_storage(rc_call *sc, const rc_call *c, job *j) {
+    rc_gather_frames_args *fa = &j->fa;
+    const rc_tensor *s = &j->storage;
+    if (rc_import_array(sc, &j->storage, j->arg[A_STORAGE], "storage", 0) != 0 ||
+        check_storage(fa, s) != 0)
+        return -1;
+    const rc_import *so = &sc->imports[sc->n_imports - 1], *oo = &c->imports[c->n_imports - 1];
+    if (so->lo < oo->hi && oo->lo < so->hi) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out overlaps the memory of storage; robocache reads its inputs "
+                        "while it writes out, so it cannot compute in place (pass a "
+                        "separate array)");
+        return -1;
+    }
+    const int on_cuda = c->device_type == RC_DEVICE_CUDA;
+    if (s->device_type == RC_DEVICE_CUDA && (!on_cuda || s->device_id != c->device_id)) {
+        PyErr_Format(PyExc_ValueError, "storage is on cuda:%d but ids and out are on %s:%d",
+                     s->device_id, on_cuda ? "cuda" : "cpu", c->device_id);
+        return -1;
+    }
+    if (on_cuda && s->device_type == RC_DEVICE_CPU && fa->frames > 0 && fa->count > 0)
+        return pinned_storage(c->st, &fa->storage, s->data, c->device_id);
+    return 0;
+}
+
+/* ids < frames, checked on the CPU (cheap next to the work); CUDA writes zeros instead, since
+ * checking there would need a host sync. */
+static int check_ids(const rc_gather_frames_args *fa) {
+    for (int64_t m = 0; m < fa->count; m++) {
+        const int64_t id = fa->ids[m * fa->ids_stride];
+        if (id >= fa->frames) {
+            PyErr_Format(PyExc_ValueError,
+                         "ids[%lld] = %lld is out of range for storage of %lld frames (ids < "
+                         "0 mean padding)",
+                         (long long)m, (long long)id, (long long)fa->frames);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static rc_status run_cpu(void *fa, int threads) { return rc_gather_frames_cpu(fa, threads); }
+static rc_status run_cuda(void *fa, int device, void *stream) {
+    return RC_CUDA_LAUNCH(rc_gather_frames_cuda(fa, device, stream));
+}
+static const rc_kernels kernels = {run_cpu, run_cuda};
+
+static int run(rc_call *c, job *j) {
+    const rc_gather_frames_args *fa = &j->fa;
+    if (c->device_type != RC_DEVICE_CUDA)
+        return check_ids(fa) != 0 ? -1 : rc_run(c, &kernels, &j->fa, 1);
+    return rc_run(c, &kernels, &j->fa, fa->count > 0 && fa->out_height > 0 && fa->out_width > 0);
+}
+
+static PyObject *gather_frames(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames) {
+    rc_state *st = rc_get_state(module);
+    job j;
+    memset(&j.fa, 0, sizeof j.fa);
+    if (parse(st, &j, args, nargs, kwnames) != 0) return NULL;
+    rc_call call, scall; /* storage has a call of its own: it may be pinned host memory */
+    rc_call_init(&call, st, j.arg[A_STREAM]);
+    rc_call_init(&scall, st, j.arg[A_STREAM]);
+    PyObject *result = NULL;
+    if (import_ids_out(&call, &j) == 0 && import_storage(&scall, &call, &j) == 0 &&
+        run(&call, &j) == 0) {
+        result = j.arg[A_OUT];
+        Py_INCREF(result);
+    }
+    rc_call_release(&scall);
+    rc_call_release(&call);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"gather_frames", (PyCFunction)(void (*)(void))gather_frames, METH_FASTCALL | METH_KEYWORDS,
+     gather_frames_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+const rc_op rc_gather_frames_op = {RC_OP_GATHER_FRAMES, methods, names, A_COUNT};

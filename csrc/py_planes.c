@@ -10,7 +10,7 @@
 
 #include "module.h"
 
-const char rc_copy_planes_doc_text[] =
+PyDoc_STRVAR(copy_planes_doc,
 "copy_planes(dst, planes, geometry)\n"
 "--\n"
 "\n"
@@ -27,7 +27,9 @@ const char rc_copy_planes_doc_text[] =
 "\n"
 "Returns\n"
 "-------\n"
-"None. The copy runs without the GIL; a plane shorter than its geometry raises ValueError.\n";
+"None. The copy runs without the GIL; a plane shorter than its geometry raises ValueError.\n");
+
+static const char *const names[] = {"line_size"}; /* the planes' attribute */
 
 #define RC_MAX_PLANES 4
 
@@ -57,89 +59,121 @@ static int plane_geometry(PyObject *geometry, Py_ssize_t i, Py_ssize_t *rows, Py
     return 0;
 }
 
-PyObject *rc_py_copy_planes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    rc_state *st = rc_get_state(module);
-    Py_buffer dst = {0}, src[RC_MAX_PLANES];
+/* One frame: dst and its planes' buffers, held until the copy is done. */
+typedef struct {
+    Py_buffer dst, src[RC_MAX_PLANES];
     Py_ssize_t rows[RC_MAX_PLANES], row_bytes[RC_MAX_PLANES], line[RC_MAX_PLANES];
-    int held = 0, have_dst = 0;
-    PyObject *result = NULL;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "copy_planes(dst, planes, geometry): expected 3 arguments, got %zd",
-                     nargs);
-        return NULL;
-    }
-    PyObject *planes = args[1], *geometry = args[2];
+    int held, have_dst;  /* buffers taken so far: src[0..held), dst */
+} frame;
+
+/* The number of planes, one per geometry entry, or -1 with the exception set. */
+static Py_ssize_t count_planes(PyObject *planes, PyObject *geometry) {
     Py_ssize_t n = PySequence_Check(planes) ? PySequence_Size(planes) : -1;
     Py_ssize_t ng = PySequence_Check(geometry) ? PySequence_Size(geometry) : -1;
     if (n < 0 || ng < 0) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, n < 0 ? "planes: expected a sequence of planes"
                                                : "geometry: expected a sequence of (rows, row_bytes)");
-        return NULL;
+        return -1;
     }
     if (n != ng || n < 1 || n > RC_MAX_PLANES) {
         PyErr_Format(PyExc_ValueError, "planes: expected 1..%d planes, one per geometry entry; got %zd "
                      "planes and %zd entries", RC_MAX_PLANES, n, ng);
+        return -1;
+    }
+    return n;
+}
+
+/* Plane i: its geometry, line_size and buffer, which must hold its rows. */
+static int hold_plane(frame *f, PyObject *line_size, PyObject *planes, PyObject *geometry,
+                      Py_ssize_t i) {
+    if (plane_geometry(geometry, i, &f->rows[i], &f->row_bytes[i]) != 0) return -1;
+    PyObject *p = PySequence_GetItem(planes, i); /* new ref */
+    if (!p) return -1;
+    PyObject *ls = PyObject_GetAttr(p, line_size); /* new ref */
+    f->line[i] = ls ? PyLong_AsSsize_t(ls) : -1;
+    Py_XDECREF(ls);
+    if (f->line[i] < 0 || PyErr_Occurred()) {
+        Py_DECREF(p);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "planes[%zd]: expected a plane with an int line_size >= 0", i);
+        return -1;
+    }
+    int got = PyObject_GetBuffer(p, &f->src[i], PyBUF_SIMPLE);
+    Py_DECREF(p);
+    if (got != 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "planes[%zd]: expected an object with the buffer protocol", i);
+        return -1;
+    }
+    f->held++;
+    const Py_ssize_t rows = f->rows[i], row_bytes = f->row_bytes[i], line = f->line[i];
+    if (rows > 0 && (line < row_bytes || f->src[i].len < (rows - 1) * line + row_bytes)) {
+        PyErr_Format(PyExc_ValueError, "planes[%zd]: %zd bytes in lines of %zd cannot hold %zd rows of %zd "
+                     "bytes (geometry[%zd])", i, f->src[i].len, line, rows, row_bytes, i);
+        return -1;
+    }
+    return 0;
+}
+
+/* The planes' rows back to back into dst (called without the GIL). */
+static void copy_rows(const frame *f) {
+    char *d = (char *)f->dst.buf;
+    for (int i = 0; i < f->held; i++) {
+        const char *s = (const char *)f->src[i].buf;
+        if (f->line[i] == f->row_bytes[i]) {
+            memcpy(d, s, (size_t)(f->rows[i] * f->row_bytes[i]));
+            d += f->rows[i] * f->row_bytes[i];
+        } else {
+            for (Py_ssize_t r = 0; r < f->rows[i]; r++, d += f->row_bytes[i])
+                memcpy(d, s + r * f->line[i], (size_t)f->row_bytes[i]);
+        }
+    }
+}
+
+static PyObject *copy_planes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *line_size = rc_op_names(rc_get_state(module), RC_OP_COPY_PLANES)[0];
+    frame f;
+    f.held = f.have_dst = 0;
+    PyObject *result = NULL;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "copy_planes(dst, planes, geometry): expected 3 arguments, got %zd",
+                     nargs);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[0], &dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    const Py_ssize_t n = count_planes(args[1], args[2]);
+    if (n < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &f.dst, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "dst: expected a writable C-contiguous buffer, got %.80s",
                      Py_TYPE(args[0])->tp_name);
         return NULL;
     }
-    have_dst = 1;
+    f.have_dst = 1;
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (plane_geometry(geometry, i, &rows[i], &row_bytes[i]) != 0) goto fail;
-        PyObject *p = PySequence_GetItem(planes, i); /* new ref */
-        if (!p) goto fail;
-        PyObject *ls = PyObject_GetAttr(p, st->str_line_size); /* new ref */
-        line[i] = ls ? PyLong_AsSsize_t(ls) : -1;
-        Py_XDECREF(ls);
-        if (line[i] < 0 || PyErr_Occurred()) {
-            Py_DECREF(p);
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "planes[%zd]: expected a plane with an int line_size >= 0", i);
-            goto fail;
-        }
-        int got = PyObject_GetBuffer(p, &src[i], PyBUF_SIMPLE);
-        Py_DECREF(p);
-        if (got != 0) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "planes[%zd]: expected an object with the buffer protocol", i);
-            goto fail;
-        }
-        held++;
-        if (rows[i] > 0 && (line[i] < row_bytes[i] || src[i].len < (rows[i] - 1) * line[i] + row_bytes[i])) {
-            PyErr_Format(PyExc_ValueError, "planes[%zd]: %zd bytes in lines of %zd cannot hold %zd rows of %zd "
-                         "bytes (geometry[%zd])", i, src[i].len, line[i], rows[i], row_bytes[i], i);
-            goto fail;
-        }
-        total += rows[i] * row_bytes[i];
+        if (hold_plane(&f, line_size, args[1], args[2], i) != 0) goto fail;
+        total += f.rows[i] * f.row_bytes[i];
     }
-    if (total != dst.len) {
+    if (total != f.dst.len) {
         PyErr_Format(PyExc_ValueError, "dst: expected %zd bytes (the planes' rows back to back), got %zd", total,
-                     dst.len);
+                     f.dst.len);
         goto fail;
     }
     Py_BEGIN_ALLOW_THREADS
-    char *d = (char *)dst.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const char *s = (const char *)src[i].buf;
-        if (line[i] == row_bytes[i]) {
-            memcpy(d, s, (size_t)(rows[i] * row_bytes[i]));
-            d += rows[i] * row_bytes[i];
-        } else {
-            for (Py_ssize_t r = 0; r < rows[i]; r++, d += row_bytes[i])
-                memcpy(d, s + r * line[i], (size_t)row_bytes[i]);
-        }
-    }
+    copy_rows(&f);
     Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
 fail:
-    for (int i = held - 1; i >= 0; i--) PyBuffer_Release(&src[i]);
-    if (have_dst) PyBuffer_Release(&dst);
+    for (int i = f.held - 1; i >= 0; i--) PyBuffer_Release(&f.src[i]);
+    if (f.have_dst) PyBuffer_Release(&f.dst);
     return result;
 }
+
+static PyMethodDef methods[] = {
+    {"copy_planes", (PyCFunction)(void (*)(void))copy_planes, METH_FASTCALL, copy_planes_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+const rc_op rc_copy_planes_op = {RC_OP_COPY_PLANES, methods, names, 1};

@@ -1,5 +1,5 @@
-/* py_resample.c: robocache.resample: argument parsing, validation, output allocation and
- * dispatch to rc_resample_cpu / rc_resample_cuda.
+/* py_resample.c: robocache.resample: argument parsing, import and validation of the arrays,
+ * output allocation, dispatch to rc_resample_cpu / rc_resample_cuda.
  * Shapes (elements): dense values [B,S,...] times [B,S] new_times [B,T] (or unbatched [S,...],
  * [S], [T]); ragged values [N,...] times [N] offsets [E+1] index [B] new_times [B,T].
  * Benchmark: python benchmarks/bench_resample.py
@@ -9,7 +9,7 @@
 
 #include "module.h"
 
-const char rc_resample_doc_text[] =
+PyDoc_STRVAR(resample_doc,
 "resample(values, times, new_times, *, mode='linear', offsets=None, index=None, lengths=None,\n"
 "         out=None, return_mask=False, tolerance=1e-4, check=None, stream=None)\n"
 "--\n"
@@ -44,222 +44,255 @@ const char rc_resample_doc_text[] =
 "\n"
 "Returns\n"
 "-------\n"
-"out, or (out, is_pad) with return_mask=True. See docs/resample.md for exact semantics.\n";
+"out, or (out, is_pad) with return_mask=True. See docs/resample.md for exact semantics.\n");
 
 enum { A_VALUES, A_TIMES, A_NEW_TIMES, A_MODE, A_OFFSETS, A_INDEX, A_LENGTHS, A_OUT,
-       A_RETURN_MASK, A_TOLERANCE, A_CHECK, A_STREAM, A_COUNT };
+       A_RETURN_MASK, A_TOLERANCE, A_CHECK, A_STREAM, A_COUNT,
+       N_MODES = A_COUNT, N_NAMES = N_MODES + 5 }; /* interned: the keywords, then the modes */
 
-static int parse_args(rc_state *st, PyObject **slot, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames) {
-    PyObject *const names[A_COUNT] = {st->kw_values, st->kw_times, st->kw_new_times,
-                                      st->kw_mode, st->kw_offsets, st->kw_index,
-                                      st->kw_lengths, st->kw_out, st->kw_return_mask,
-                                      st->kw_tolerance, st->kw_check, st->kw_stream};
+static const char *const names[N_NAMES] = {
+    "values", "times", "new_times", "mode", "offsets", "index", "lengths", "out",
+    "return_mask", "tolerance", "check", "stream", RC_MODE_NAMES};
+
+/* One call: its arguments, the arrays it imported or made, the kernel's arguments. */
+typedef struct {
+    PyObject *arg[A_COUNT];       /* borrowed; NULL: not given */
+    rc_mode mode;
+    int return_mask, ragged, unbatched;
+    int lead;                     /* dims of values before the features */
+    double tolerance;
+    rc_tensor values, times, new_times, offsets, index, lengths, out, mask;
+    PyObject *out_obj, *mask_obj; /* new refs, or NULL */
+    rc_resample_args ra;
+} job;
+
+/* Keywords and options: everything that needs no array. */
+static int parse(const rc_state *st, job *j, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames) {
     static const int required[] = {A_VALUES, A_TIMES, A_NEW_TIMES};
     static const rc_signature sig = {"resample", "values, times, new_times", 3, required, 3};
-    return rc_parse_slots(slot, names, A_COUNT, &sig, args, nargs, kwnames);
-}
-
-PyObject *rc_py_resample(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                         PyObject *kwnames) {
-    rc_state *st = rc_get_state(module);
-    PyObject *a_[A_COUNT];
-    if (parse_args(st, a_, args, nargs, kwnames) != 0) return NULL;
-
-    rc_mode mode = RC_LINEAR;
-    int return_mask, check;
-    double tolerance;
-    if (a_[A_MODE] && rc_parse_mode(st, &mode, a_[A_MODE], "mode") != 0) return NULL;
-    if (rc_parse_flag(&return_mask, a_[A_RETURN_MASK], 0) != 0) return NULL;
-    if (rc_parse_tolerance(&tolerance, a_[A_TOLERANCE]) != 0) return NULL;
-    const int ragged = !rc_is_none(a_[A_OFFSETS]) || !rc_is_none(a_[A_INDEX]);
-    if (ragged && (rc_is_none(a_[A_OFFSETS]) || rc_is_none(a_[A_INDEX]))) {
+    PyObject *const *name = rc_op_names(st, RC_OP_RESAMPLE);
+    if (rc_parse_slots(j->arg, name, A_COUNT, &sig, args, nargs, kwnames) != 0) return -1;
+    j->mode = RC_LINEAR;
+    if (j->arg[A_MODE] && rc_parse_mode(&j->mode, j->arg[A_MODE], name + N_MODES, "mode") != 0)
+        return -1;
+    if (rc_parse_flag(&j->return_mask, j->arg[A_RETURN_MASK], 0) != 0 ||
+        rc_parse_tolerance(&j->tolerance, j->arg[A_TOLERANCE]) != 0)
+        return -1;
+    const int offsets = !rc_is_none(j->arg[A_OFFSETS]), index = !rc_is_none(j->arg[A_INDEX]);
+    j->ragged = offsets || index;
+    if (j->ragged && !(offsets && index)) {
         PyErr_SetString(PyExc_ValueError,
                         "offsets and index: the ragged form needs both (offsets [E+1] and "
                         "index [B])");
-        return NULL;
+        return -1;
     }
-    if (ragged && !rc_is_none(a_[A_LENGTHS])) {
+    if (j->ragged && !rc_is_none(j->arg[A_LENGTHS])) {
         PyErr_SetString(PyExc_ValueError,
                         "lengths: only for the dense form; ragged episodes are delimited by "
                         "offsets");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
 
-    rc_call call;
-    rc_call_init(&call, st, a_[A_STREAM]);
-    rc_tensor values, times, new_times, offsets, index, lengths, out, mask;
-    PyObject *out_obj = NULL, *mask_obj = NULL;
-    rc_resample_args ra;
-    memset(&ra, 0, sizeof ra);
-
-    if (rc_import_array(&call, &values, a_[A_VALUES], "values", 0) != 0) goto fail;
-    if (rc_import_array(&call, &times, a_[A_TIMES], "times", 0) != 0) goto fail;
-    if (rc_import_array(&call, &new_times, a_[A_NEW_TIMES], "new_times", 0) != 0) goto fail;
-
-    /* ---- shapes: which form, B, S/N, T, and where the feature dims start ---- */
-    int lead; /* dims of values before the features */
-    int unbatched = 0;
-    if (rc_expect_times_dtype(&times, "times")) goto fail;
-    if (new_times.dtype != times.dtype) {
-        PyErr_Format(PyExc_TypeError, "new_times: expected the dtype of times (%s), got %s",
-                     rc_dtype_name(times.dtype), rc_dtype_name(new_times.dtype));
-        goto fail;
+/* Ragged form: times [N], offsets [E+1], index [B], new_times [B, T]. */
+static int import_ragged(rc_call *c, job *j) {
+    rc_resample_args *ra = &j->ra;
+    if (rc_import_array(c, &j->offsets, j->arg[A_OFFSETS], "offsets", 0) != 0 ||
+        rc_import_array(c, &j->index, j->arg[A_INDEX], "index", 0) != 0)
+        return -1;
+    if (rc_expect_dtype(&j->offsets, RC_I64, "offsets") ||
+        rc_expect_dtype(&j->index, RC_I64, "index"))
+        return -1;
+    if (rc_expect_ndim(&j->times, 1, "times", "[N] for the ragged form") ||
+        rc_expect_ndim(&j->offsets, 1, "offsets", "[E+1]") ||
+        rc_expect_ndim(&j->index, 1, "index", "[B]") ||
+        rc_expect_ndim(&j->new_times, 2, "new_times", "[B, T]"))
+        return -1;
+    if (j->offsets.shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "offsets: expected [E+1] with at least one entry");
+        return -1;
     }
-    if (ragged) {
-        if (rc_import_array(&call, &offsets, a_[A_OFFSETS], "offsets", 0) != 0) goto fail;
-        if (rc_import_array(&call, &index, a_[A_INDEX], "index", 0) != 0) goto fail;
-        if (rc_expect_dtype(&offsets, RC_I64, "offsets") ||
-            rc_expect_dtype(&index, RC_I64, "index"))
-            goto fail;
-        if (rc_expect_ndim(&times, 1, "times", "[N] for the ragged form") ||
-            rc_expect_ndim(&offsets, 1, "offsets", "[E+1]") ||
-            rc_expect_ndim(&index, 1, "index", "[B]") ||
-            rc_expect_ndim(&new_times, 2, "new_times", "[B, T]"))
-            goto fail;
-        if (offsets.shape[0] < 1) {
-            PyErr_SetString(PyExc_ValueError, "offsets: expected [E+1] with at least one entry");
-            goto fail;
-        }
-        ra.batch = index.shape[0];
-        ra.samples = times.shape[0];
-        ra.episodes = offsets.shape[0] - 1;
-        ra.offsets = (const int64_t *)offsets.data;
-        ra.offsets_stride = offsets.strides[0];
-        ra.index = (const int64_t *)index.data;
-        ra.index_stride = index.strides[0];
-        ra.times_stride_s = times.strides[0];
-        lead = 1;
-    } else if (times.ndim == 2) {
-        ra.batch = times.shape[0];
-        ra.samples = times.shape[1];
-        ra.times_stride_b = times.strides[0];
-        ra.times_stride_s = times.strides[1];
-        if (rc_expect_ndim(&new_times, 2, "new_times", "[B, T] (times is [B, S])")) goto fail;
-        lead = 2;
-    } else if (times.ndim == 1) {
-        unbatched = 1;
-        ra.batch = 1;
-        ra.samples = times.shape[0];
-        ra.times_stride_s = times.strides[0];
-        if (rc_expect_ndim(&new_times, 1, "new_times", "[T] (times is [S])")) goto fail;
-        if (!rc_is_none(a_[A_LENGTHS])) {
+    ra->batch = j->index.shape[0];
+    ra->samples = j->times.shape[0];
+    ra->episodes = j->offsets.shape[0] - 1;
+    ra->offsets = (const int64_t *)j->offsets.data;
+    ra->offsets_stride = j->offsets.strides[0];
+    ra->index = (const int64_t *)j->index.data;
+    ra->index_stride = j->index.strides[0];
+    ra->times_stride_s = j->times.strides[0];
+    j->lead = 1;
+    return 0;
+}
+
+/* Dense form: times [B, S] with new_times [B, T], or one row: times [S] with new_times [T]. */
+static int dense_form(job *j) {
+    rc_resample_args *ra = &j->ra;
+    const rc_tensor *t = &j->times;
+    if (t->ndim == 2) {
+        ra->batch = t->shape[0];
+        ra->samples = t->shape[1];
+        ra->times_stride_b = t->strides[0];
+        ra->times_stride_s = t->strides[1];
+        j->lead = 2;
+        return rc_expect_ndim(&j->new_times, 2, "new_times", "[B, T] (times is [B, S])");
+    }
+    if (t->ndim == 1) {
+        j->unbatched = 1;
+        ra->batch = 1;
+        ra->samples = t->shape[0];
+        ra->times_stride_s = t->strides[0];
+        j->lead = 1;
+        if (rc_expect_ndim(&j->new_times, 1, "new_times", "[T] (times is [S])")) return -1;
+        if (!rc_is_none(j->arg[A_LENGTHS])) {
             PyErr_SetString(PyExc_ValueError, "lengths: needs batched times [B, S]");
-            goto fail;
+            return -1;
         }
-        lead = 1;
-    } else {
-        char s[128];
-        PyErr_Format(PyExc_ValueError, "times: expected [B, S], [S] or ragged [N]; got shape %s",
-                     rc_dims_str(s, sizeof s, times.ndim, times.shape));
-        goto fail;
+        return 0;
     }
-    if (rc_expect_leading(&values, &times, lead, "values", "times")) goto fail;
-    if (!unbatched && new_times.shape[0] != ra.batch) {
-        PyErr_Format(PyExc_ValueError, "new_times: expected %lld rows (%s), got %lld",
-                     (long long)ra.batch, ragged ? "len(index)" : "batch of times",
-                     (long long)new_times.shape[0]);
-        goto fail;
-    }
-    ra.targets = new_times.shape[new_times.ndim - 1];
-    ra.new_times_stride_t = new_times.strides[new_times.ndim - 1];
-    ra.new_times_stride_b = unbatched ? 0 : new_times.strides[0];
+    char s[128];
+    PyErr_Format(PyExc_ValueError, "times: expected [B, S], [S] or ragged [N]; got shape %s",
+                 rc_dims_str(s, sizeof s, t->ndim, t->shape));
+    return -1;
+}
 
-    if (!rc_is_none(a_[A_LENGTHS])) {
-        if (rc_import_array(&call, &lengths, a_[A_LENGTHS], "lengths", 0) != 0) goto fail;
-        if (rc_expect_dtype(&lengths, RC_I64, "lengths") ||
-            rc_expect_ndim(&lengths, 1, "lengths", "[B]"))
-            goto fail;
-        if (lengths.shape[0] != ra.batch) {
-            PyErr_Format(PyExc_ValueError, "lengths: expected [%lld], got [%lld]",
-                         (long long)ra.batch, (long long)lengths.shape[0]);
-            goto fail;
-        }
-        ra.lengths = (const int64_t *)lengths.data;
-        ra.lengths_stride = lengths.strides[0];
+/* lengths [B] of the dense form, when given. */
+static int import_lengths(rc_call *c, job *j) {
+    if (rc_is_none(j->arg[A_LENGTHS])) return 0;
+    const rc_tensor *l = &j->lengths;
+    if (rc_import_array(c, &j->lengths, j->arg[A_LENGTHS], "lengths", 0) != 0) return -1;
+    if (rc_expect_dtype(l, RC_I64, "lengths") || rc_expect_ndim(l, 1, "lengths", "[B]"))
+        return -1;
+    if (l->shape[0] != j->ra.batch) {
+        PyErr_Format(PyExc_ValueError, "lengths: expected [%lld], got [%lld]",
+                     (long long)j->ra.batch, (long long)l->shape[0]);
+        return -1;
     }
+    j->ra.lengths = (const int64_t *)l->data;
+    j->ra.lengths_stride = l->strides[0];
+    return 0;
+}
 
-    /* ---- values: dtype vs mode, features ---- */
-    if (rc_expect_mode_dtype(st, &values, mode, "values") ||
-        rc_expect_quaternions(&values, lead, mode, "values"))
-        goto fail;
-    if (!rc_flatten_trailing(&ra.features, &ra.values_stride_d, &values, lead)) {
+/* values: dtype against the mode, features flattened (copied once when they cannot be). */
+static int values_features(rc_call *c, job *j) {
+    rc_resample_args *ra = &j->ra;
+    rc_tensor *v = &j->values;
+    if (rc_expect_mode_dtype(v, j->mode, "values") ||
+        rc_expect_quaternions(v, j->lead, j->mode, "values"))
+        return -1;
+    if (!rc_flatten_trailing(&ra->features, &ra->values_stride_d, v, j->lead)) {
         /* e.g. a permuted image [S,W,H,C]: copy once through its own framework */
-        if (rc_import_contiguous(&call, &values, a_[A_VALUES], "values") != 0) goto fail;
-        rc_flatten_trailing(&ra.features, &ra.values_stride_d, &values, lead);
+        if (rc_import_contiguous(c, v, j->arg[A_VALUES], "values") != 0) return -1;
+        rc_flatten_trailing(&ra->features, &ra->values_stride_d, v, j->lead);
     }
-    ra.values = values.data;
-    ra.values_dtype = values.dtype;
-    ra.values_stride_s = values.strides[lead - 1];
-    ra.values_stride_b = (lead == 2) ? values.strides[0] : 0;
-    ra.times = times.data;
-    ra.times_dtype = times.dtype;
-    ra.new_times = new_times.data;
-    ra.mode = mode;
-    ra.tolerance = times.dtype == RC_I64 ? tolerance * 1e9 : tolerance;
+    ra->values = v->data;
+    ra->values_dtype = v->dtype;
+    ra->values_stride_s = v->strides[j->lead - 1];
+    ra->values_stride_b = (j->lead == 2) ? v->strides[0] : 0;
+    ra->times = j->times.data;
+    ra->times_dtype = j->times.dtype;
+    ra->new_times = j->new_times.data;
+    ra->mode = j->mode;
+    ra->tolerance = j->times.dtype == RC_I64 ? j->tolerance * 1e9 : j->tolerance;
+    return 0;
+}
 
-    /* ---- outputs ---- */
-    int64_t out_shape[RC_MAX_DIMS + 1];
-    int out_ndim = 0;
-    if (!unbatched) out_shape[out_ndim++] = ra.batch;
-    out_shape[out_ndim++] = ra.targets;
-    for (int d = lead; d < values.ndim; d++) out_shape[out_ndim++] = values.shape[d];
-    if (out_ndim > RC_MAX_DIMS) {
+/* Every input array: the form (ragged, dense, one row), B, S/N, T and the features. */
+static int import_inputs(rc_call *c, job *j) {
+    rc_resample_args *ra = &j->ra;
+    if (rc_import_array(c, &j->values, j->arg[A_VALUES], "values", 0) != 0 ||
+        rc_import_array(c, &j->times, j->arg[A_TIMES], "times", 0) != 0 ||
+        rc_import_array(c, &j->new_times, j->arg[A_NEW_TIMES], "new_times", 0) != 0)
+        return -1;
+    if (rc_expect_times_dtype(&j->times, "times")) return -1;
+    if (j->new_times.dtype != j->times.dtype) {
+        PyErr_Format(PyExc_TypeError, "new_times: expected the dtype of times (%s), got %s",
+                     rc_dtype_name(j->times.dtype), rc_dtype_name(j->new_times.dtype));
+        return -1;
+    }
+    if ((j->ragged ? import_ragged(c, j) : dense_form(j)) != 0) return -1;
+    if (rc_expect_leading(&j->values, &j->times, j->lead, "values", "times")) return -1;
+    const rc_tensor *nt = &j->new_times;
+    if (!j->unbatched && nt->shape[0] != ra->batch) {
+        PyErr_Format(PyExc_ValueError, "new_times: expected %lld rows (%s), got %lld",
+                     (long long)ra->batch, j->ragged ? "len(index)" : "batch of times",
+                     (long long)nt->shape[0]);
+        return -1;
+    }
+    ra->targets = nt->shape[nt->ndim - 1];
+    ra->new_times_stride_t = nt->strides[nt->ndim - 1];
+    ra->new_times_stride_b = j->unbatched ? 0 : nt->strides[0];
+    if (import_lengths(c, j) != 0) return -1;
+    return values_features(c, j);
+}
+
+/* out [B, T, ...] (or [T, ...]) and, with return_mask, is_pad [B, T] (or [T]). */
+static int allocate_outputs(rc_call *c, job *j) {
+    int64_t shape[RC_MAX_DIMS + 1];
+    int ndim = 0;
+    if (!j->unbatched) shape[ndim++] = j->ra.batch;
+    shape[ndim++] = j->ra.targets;
+    for (int d = j->lead; d < j->values.ndim; d++) shape[ndim++] = j->values.shape[d];
+    if (ndim > RC_MAX_DIMS) {
         PyErr_Format(PyExc_ValueError, "values: too many dims for the output (max %d)",
                      RC_MAX_DIMS);
-        goto fail;
+        return -1;
     }
-    if (rc_out_arg(&call, &out_obj, &out, a_[A_OUT], a_[A_VALUES], out_ndim, out_shape,
-                   values.dtype) != 0)
-        goto fail;
-    ra.out = out.data;
-    if (return_mask) {
-        /* is_pad has the leading [B, T] (or [T]) of out */
-        if (rc_alloc_array(&call, &mask_obj, &mask, a_[A_VALUES], unbatched ? 1 : 2, out_shape,
-                           RC_BOOL) != 0)
-            goto fail;
-        ra.is_pad = (uint8_t *)mask.data;
-    }
-
-    /* ---- content check and dispatch ---- */
-    /* content is always checked on the CPU (cheap next to the work); on the GPU only when
-     * asked, since reading the verdict back is a host sync */
-    const int on_cuda = call.device_type == RC_DEVICE_CUDA;
-    if (rc_parse_flag(&check, a_[A_CHECK], 0) != 0) goto fail;
-    if ((check || !on_cuda) && rc_check_resample(&call, a_[A_VALUES], &ra, 1, ragged, NULL) != 0)
-        goto fail;
-    rc_status status = RC_OK;
-    if (!on_cuda) {
-        /* nothing to write: no features and no mask (a huge broadcast new_times would
-         * otherwise search for nothing) */
-        if (ra.batch * ra.targets > 0 && (ra.features > 0 || ra.is_pad)) {
-            int nt = st->num_threads;
-            Py_BEGIN_ALLOW_THREADS
-            status = rc_resample_cpu(&ra, nt);
-            Py_END_ALLOW_THREADS
-        }
-    } else {
-#ifdef RC_WITH_CUDA
-        void *stream;
-        if (rc_call_stream(&call, &stream) != 0) goto fail;
-        if (ra.batch * ra.targets > 0 && (ra.features > 0 || ra.is_pad)) {
-            Py_BEGIN_ALLOW_THREADS
-            status = rc_resample_cuda(&ra, call.device_id, stream);
-            Py_END_ALLOW_THREADS
-        }
-#else
-        rc_no_cuda_error(st, "values", call.device_id);
-        goto fail;
-#endif
-    }
-    if (status != RC_OK) { rc_raise_status(st, status); goto fail; }
-
-    rc_call_release(&call);
-    return rc_result(out_obj, mask_obj); /* (out, is_pad) with return_mask */
-
-fail:
-    rc_call_release(&call);
-    Py_XDECREF(out_obj);
-    Py_XDECREF(mask_obj);
-    return NULL;
+    if (rc_out_arg(c, &j->out_obj, &j->out, j->arg[A_OUT], j->arg[A_VALUES], ndim, shape,
+                   j->values.dtype) != 0)
+        return -1;
+    j->ra.out = j->out.data;
+    if (!j->return_mask) return 0;
+    if (rc_alloc_array(c, &j->mask_obj, &j->mask, j->arg[A_VALUES], j->unbatched ? 1 : 2, shape,
+                       RC_BOOL) != 0)
+        return -1;
+    j->ra.is_pad = (uint8_t *)j->mask.data;
+    return 0;
 }
+
+static rc_status run_cpu(void *ra, int threads) { return rc_resample_cpu(ra, threads); }
+static rc_status run_cuda(void *ra, int device, void *stream) {
+    return RC_CUDA_LAUNCH(rc_resample_cuda(ra, device, stream));
+}
+static const rc_kernels kernels = {run_cpu, run_cuda};
+
+/* Content, then the kernel. Content is always checked on the CPU (cheap next to the work); on
+ * the GPU only when asked, since reading the verdict back is a host sync. */
+static int run(rc_call *c, job *j) {
+    const rc_resample_args *ra = &j->ra;
+    int check;
+    if (rc_parse_flag(&check, j->arg[A_CHECK], 0) != 0) return -1;
+    if ((check || c->device_type != RC_DEVICE_CUDA) &&
+        rc_check_resample(c, j->arg[A_VALUES], ra, 1, j->ragged, NULL) != 0)
+        return -1;
+    /* nothing to write: no features and no mask (a huge broadcast new_times would otherwise
+     * search for nothing) */
+    return rc_run(c, &kernels, &j->ra, ra->batch * ra->targets > 0 && (ra->features > 0 || ra->is_pad));
+}
+
+static PyObject *resample(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames) {
+    rc_state *st = rc_get_state(module);
+    job j;
+    memset(&j, 0, sizeof j);
+    if (parse(st, &j, args, nargs, kwnames) != 0) return NULL;
+    rc_call call;
+    rc_call_init(&call, st, j.arg[A_STREAM]);
+    PyObject *result = NULL;
+    if (import_inputs(&call, &j) == 0 && allocate_outputs(&call, &j) == 0 && run(&call, &j) == 0) {
+        result = rc_result(j.out_obj, j.mask_obj); /* (out, is_pad) with return_mask */
+        j.out_obj = j.mask_obj = NULL;
+    }
+    rc_call_release(&call);
+    Py_XDECREF(j.out_obj);
+    Py_XDECREF(j.mask_obj);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"resample", (PyCFunction)(void (*)(void))resample, METH_FASTCALL | METH_KEYWORDS, resample_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+const rc_op rc_resample_op = {RC_OP_RESAMPLE, methods, names, N_NAMES};

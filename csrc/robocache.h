@@ -246,8 +246,8 @@ rc_status rc_fuse_cuda(const rc_fuse_args *args, int device, void *stream);
 
 /* ---- gather_frames: sampled video frames -> a batch (decode, resize, cast, layout) ----------- */
 
-typedef enum { RC_FRAMES_RGB = 0, RC_FRAMES_YUV420 = 1 } rc_frames_format;
-typedef enum { RC_MATRIX_BT601 = 0, RC_MATRIX_BT709 = 1, RC_MATRIX_BT2020 = 2 } rc_frames_matrix;
+typedef enum { RC_FRAMES_RGB = 0, RC_FRAMES_YUV420 = 1 } rc_frame_format;
+typedef enum { RC_MATRIX_BT601 = 0, RC_MATRIX_BT709 = 1, RC_MATRIX_BT2020 = 2 } rc_yuv_matrix;
 
 /* out[m] = frame ids[m] of storage, decoded to height x width x channels, bilinearly resized to
  * out_height x out_width when that differs, cast to out_dtype. ids[m] < 0 writes zeros (CUDA:
@@ -273,17 +273,17 @@ typedef struct {
     int64_t height, width;     /* decoded frame, each in [1, 2^24] */
     int64_t channels;          /* 1..4 (rgb), 3 (yuv420) */
     int64_t out_height, out_width; /* each in [0, 2^24] */
-    rc_frames_format format;
+    rc_frame_format format;
     rc_dtype storage_dtype;    /* rgb: RC_U8 or RC_F32; yuv420: RC_U8 */
     rc_dtype out_dtype;        /* RC_U8, RC_F32, RC_F16, RC_BF16 */
     int32_t yuv[6];            /* yuv420: rc_yuv_coeffs(matrix, full_range) (frames_math.h) */
     float scale;               /* float out: divide by it when > 0 (0: no division) */
-} rc_frames_args;
+} rc_gather_frames_args;
 
 /* CPU: one parallel pass over the (m, output row) pairs. The glue has checked ids < frames. */
-rc_status rc_frames_cpu(const rc_frames_args *args, int num_threads);
+rc_status rc_gather_frames_cpu(const rc_gather_frames_args *args, int num_threads);
 /* CUDA (cuda/frames.cu): one launch on `stream`, no host sync; bit-identical to the CPU. */
-rc_status rc_frames_cuda(const rc_frames_args *args, int device, void *stream);
+rc_status rc_gather_frames_cuda(const rc_gather_frames_args *args, int device, void *stream);
 
 /* ---- decode_jpeg: the compressed tier's JPEG frames -> I420 rows on the GPU (cuda/jpeg.cu) ---- */
 
@@ -293,37 +293,37 @@ rc_status rc_frames_cuda(const rc_frames_args *args, int device, void *stream);
  * usual sonames) on first use; work is queued on `stream`, after host-side parsing. backend: -1
  * lets robocache choose (JPEG engines, GPU Huffman, default), or one of nvJPEG's
  * NVJPEG_BACKEND_* (0 default, 1 hybrid, 2 gpu_hybrid, 3 hardware), which must then exist. */
-rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *data, const size_t *lengths,
+rc_status rc_decode_jpeg_cuda(uint8_t *out, const uint8_t *const *data, const size_t *lengths,
                               int64_t count, int64_t height, int64_t width, const char *library,
                               int device, int backend, void *stream);
 /* "<backend> (nvJPEG x.y.z, <library>)" of the decoder of (device, backend), creating it. */
-rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device, int backend);
+rc_status rc_jpeg_backend_cuda(char *name, int name_len, const char *library, int device, int backend);
 
 /* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
 /* What `ptr` is to the CUDA runtime: *kind 0 = host memory it does not know (pageable), 1 =
  * pinned host memory (page-locked, cudaHostAlloc / cudaHostRegister), 2 = device or managed
  * memory of device *device. For pinned memory *device_ptr is the address kernels use (the same
  * pointer under unified addressing), NULL when no device can reach it. */
-rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_ptr, const void *ptr);
+rc_status rc_pointer_kind_cuda(int *kind, int *device, void **device_ptr, const void *ptr);
 /* Page-locks the `nbytes` host bytes at `ptr` and maps them for every device (portable, mapped:
  * kernels read them at `ptr` itself under unified addressing). read_only: devices only read them,
  * which is what lets a file's page-cache pages (a shared read-only map) be pinned in place.
- * rc_cuda_host_unregister undoes it; `ptr` is the address registered. */
-rc_status rc_cuda_host_register(void *ptr, size_t nbytes, int read_only);
-rc_status rc_cuda_host_unregister(void *ptr);
-rc_status rc_cuda_device_count(int *count); /* 0 devices is RC_OK with *count = 0 */
-rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor, int device);
-int rc_cuda_runtime_version(void);
-int rc_cuda_driver_version(void);
+ * rc_host_unregister_cuda undoes it; `ptr` is the address registered. */
+rc_status rc_host_register_cuda(void *ptr, size_t nbytes, int read_only);
+rc_status rc_host_unregister_cuda(void *ptr);
+rc_status rc_device_count_cuda(int *count); /* 0 devices is RC_OK with *count = 0 */
+rc_status rc_device_name_cuda(char *name, int name_len, int *major, int *minor, int device);
+int rc_runtime_version_cuda(void);
+int rc_driver_version_cuda(void);
 /* `waiter` waits (on the device, no host sync) for the work enqueued so far on `signaler`, both
  * streams of `device`. A failure falls back to synchronizing `signaler`. */
-rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device);
+rc_status rc_stream_wait_cuda(void *waiter, void *signaler, int device);
 /* The DataLoader's replay of a captured batch (robocache/batch_graph.py) in one call: `stream`
  * waits for the work enqueued so far on `consumer` (through `consumer_event`, re-recorded), then
  * the instantiated graph `exec` (a cudaGraphExec_t) is launched on `stream` and `done` (a
  * cudaEvent_t) is recorded after it; last, `consumer` waits for `ready` (the batch it takes now)
  * unless `ready` is NULL. Handles are borrowed, all of `device`; no host sync. */
-rc_status rc_cuda_graph_launch(void *exec, void *stream, void *consumer, void *consumer_event, void *done,
+rc_status rc_graph_launch_cuda(void *exec, void *stream, void *consumer, void *consumer_event, void *done,
                                void *ready, int device);
 
 #ifdef __cplusplus

@@ -62,18 +62,18 @@ struct OutU8 {
 };
 struct OutF32 {
     using T = float;
-    static __device__ __forceinline__ T from(float v, float s) { return rc_frames_scaled(v, s); }
+    static __device__ __forceinline__ T from(float v, float s) { return rc_frame_scaled(v, s); }
 };
 struct OutF16 {
     using T = uint16_t;
     static __device__ __forceinline__ T from(float v, float s) {
-        return rc_f32_to_f16(rc_frames_scaled(v, s));
+        return rc_f32_to_f16(rc_frame_scaled(v, s));
     }
 };
 struct OutBF16 {
     using T = uint16_t;
     static __device__ __forceinline__ T from(float v, float s) {
-        return rc_f32_to_bf16(rc_frames_scaled(v, s));
+        return rc_f32_to_bf16(rc_frame_scaled(v, s));
     }
 };
 
@@ -131,7 +131,7 @@ struct Band {
 
 /* Stages the source rows that output rows [yb, ye) of frame `id` read (nothing when !valid). */
 template <typename S, bool YUV, bool RESIZE>
-__device__ __forceinline__ Band<S, YUV> load_band(const rc_frames_args &a, const Plan &p, char *sm,
+__device__ __forceinline__ Band<S, YUV> load_band(const rc_gather_frames_args &a, const Plan &p, char *sm,
                                                   int64_t id, bool valid, int yb, int ye) {
     const int W = (int)a.width, H = (int)a.height, C = (int)a.channels;
     const int cw = (W + 1) >> 1;
@@ -177,7 +177,7 @@ union Pack {
  * its fastest axis (a row of W' * C for interleaved out, a row of one channel for planar out);
  * a unit is the 16 bytes of a line a thread writes. */
 template <typename S, bool YUV, typename Out, bool RESIZE>
-__global__ void __launch_bounds__(kThreads) elements_kernel(const rc_frames_args a, const Plan p) {
+__global__ void __launch_bounds__(kThreads) elements_kernel(const rc_gather_frames_args a, const Plan p) {
     using O = typename Out::T;
     constexpr int V = 16 / (int)sizeof(O);
     /* uint8 sources without resize only ever produce 0..255: their outputs come from a table
@@ -366,7 +366,7 @@ __device__ __forceinline__ void source_pixel(float (&px)[3], const SrcRow<S, YUV
  * its luma, chroma or rgb bytes come in one or a few shared loads; with resize, whose pixels
  * cost ~100 operations each, G = 4 keeps enough groups per band to occupy the block. */
 template <typename S, bool YUV, typename Out, bool RESIZE>
-__global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_frames_args a, const Plan p) {
+__global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_gather_frames_args a, const Plan p) {
     using O = typename Out::T;
     constexpr int G = RESIZE ? 4 : 16 / (int)sizeof(O);
     constexpr bool kBytes = std::is_same<S, uint8_t>::value;
@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_frames_args a
 }
 
 template <typename S, bool YUV, typename Out, bool RESIZE>
-rc_status launch(const rc_frames_args &a, const Plan &p, bool pixels, int64_t blocks, int smem_bytes,
+rc_status launch(const rc_gather_frames_args &a, const Plan &p, bool pixels, int64_t blocks, int smem_bytes,
                  cudaStream_t stream) {
     if (pixels)
         pixels_kernel<S, YUV, Out, RESIZE><<<(unsigned)blocks, kThreads, smem_bytes, stream>>>(a, p);
@@ -530,14 +530,14 @@ rc_status launch(const rc_frames_args &a, const Plan &p, bool pixels, int64_t bl
 }
 
 template <typename S, bool YUV, typename Out>
-rc_status launch_resize(const rc_frames_args &a, const Plan &p, bool resize, bool pixels,
+rc_status launch_resize(const rc_gather_frames_args &a, const Plan &p, bool resize, bool pixels,
                         int64_t blocks, int smem, cudaStream_t s) {
     return resize ? launch<S, YUV, Out, true>(a, p, pixels, blocks, smem, s)
                   : launch<S, YUV, Out, false>(a, p, pixels, blocks, smem, s);
 }
 
 template <typename S, bool YUV>
-rc_status launch_out(const rc_frames_args &a, const Plan &p, bool resize, bool pixels,
+rc_status launch_out(const rc_gather_frames_args &a, const Plan &p, bool resize, bool pixels,
                      int64_t blocks, int smem, cudaStream_t s) {
     switch (a.out_dtype) {
     case RC_U8: return launch_resize<S, YUV, OutU8>(a, p, resize, pixels, blocks, smem, s);
@@ -561,7 +561,7 @@ int stage_override() {
 
 int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-rc_status run(const rc_frames_args &a, cudaStream_t stream) {
+rc_status run(const rc_gather_frames_args &a, cudaStream_t stream) {
     const int64_t Ho = a.out_height, Wo = a.out_width, C = a.channels;
     if (a.count == 0 || Ho == 0 || Wo == 0) return RC_OK;
     const bool yuv = a.format == RC_FRAMES_YUV420;
@@ -653,7 +653,7 @@ rc_status run(const rc_frames_args &a, cudaStream_t stream) {
 
 } // namespace
 
-extern "C" rc_status rc_frames_cuda(const rc_frames_args *args, int device, void *stream) {
+extern "C" rc_status rc_gather_frames_cuda(const rc_gather_frames_args *args, int device, void *stream) {
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;

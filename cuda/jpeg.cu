@@ -167,7 +167,7 @@ rc_status open_decoder(decoder *d, int choice) {
 
 }  // namespace
 
-extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *library, int device,
+extern "C" rc_status rc_jpeg_backend_cuda(char *name, int name_len, const char *library, int device,
                                      int choice) {
     decoder *d = decoder_for(device, choice);
     if (!d) return RC_ERR_VALUE;
@@ -190,7 +190,7 @@ extern "C" rc_status rc_jpeg_backend(char *name, int name_len, const char *libra
     return left;
 }
 
-extern "C" rc_status rc_jpeg_decode_cuda(uint8_t *out, const uint8_t *const *data,
+extern "C" rc_status rc_decode_jpeg_cuda(uint8_t *out, const uint8_t *const *data,
                                          const size_t *lengths, int64_t count, int64_t height,
                                          int64_t width, const char *library, int device,
                                          int choice, void *stream) {

@@ -8,7 +8,7 @@
 #include "../csrc/robocache.h"
 #include "cuda_util.cuh"
 
-extern "C" rc_status rc_cuda_device_count(int *count) {
+extern "C" rc_status rc_device_count_cuda(int *count) {
     cudaError_t e = cudaGetDeviceCount(count);
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) { /* a CPU machine */
         *count = 0;
@@ -18,7 +18,7 @@ extern "C" rc_status rc_cuda_device_count(int *count) {
     return RC_CUDA_CHECK(e, "cudaGetDeviceCount");
 }
 
-extern "C" rc_status rc_cuda_device_name(char *name, int name_len, int *major, int *minor,
+extern "C" rc_status rc_device_name_cuda(char *name, int name_len, int *major, int *minor,
                                          int device) {
     cudaDeviceProp p;
     rc_status st = RC_CUDA_CHECK(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
@@ -29,13 +29,13 @@ extern "C" rc_status rc_cuda_device_name(char *name, int name_len, int *major, i
     return RC_OK;
 }
 
-extern "C" int rc_cuda_runtime_version(void) {
+extern "C" int rc_runtime_version_cuda(void) {
     int v = 0;
     cudaRuntimeGetVersion(&v);
     return v;
 }
 
-extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int device) {
+extern "C" rc_status rc_stream_wait_cuda(void *waiter, void *signaler, int device) {
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;
@@ -53,7 +53,7 @@ extern "C" rc_status rc_cuda_stream_wait(void *waiter, void *signaler, int devic
     return st != RC_OK ? st : left;
 }
 
-extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *consumer, void *consumer_event,
+extern "C" rc_status rc_graph_launch_cuda(void *exec, void *stream, void *consumer, void *consumer_event,
                                           void *done, void *ready, int device) {
     /* one C call instead of five Python ones (stream context, wait, replay, record, the
      * consumer's wait): in a host-bound training step the loader's cost is its host time per
@@ -71,7 +71,7 @@ extern "C" rc_status rc_cuda_graph_launch(void *exec, void *stream, void *consum
     return st != RC_OK ? st : left;
 }
 
-extern "C" rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_ptr,
+extern "C" rc_status rc_pointer_kind_cuda(int *kind, int *device, void **device_ptr,
                                          const void *ptr) {
     *kind = 0;
     *device = -1;
@@ -100,7 +100,7 @@ extern "C" rc_status rc_cuda_pointer_kind(int *kind, int *device, void **device_
 
 /* A failed registration leaves its error for the next cudaGetLastError, which would then blame the
  * next kernel launch: cleared here, reported through the status. */
-extern "C" rc_status rc_cuda_host_register(void *ptr, size_t nbytes, int read_only) {
+extern "C" rc_status rc_host_register_cuda(void *ptr, size_t nbytes, int read_only) {
     unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
     if (read_only) flags |= cudaHostRegisterReadOnly;
     cudaError_t e = cudaHostRegister(ptr, nbytes, flags);
@@ -108,13 +108,13 @@ extern "C" rc_status rc_cuda_host_register(void *ptr, size_t nbytes, int read_on
     return RC_CUDA_CHECK(e, "cudaHostRegister");
 }
 
-extern "C" rc_status rc_cuda_host_unregister(void *ptr) {
+extern "C" rc_status rc_host_unregister_cuda(void *ptr) {
     cudaError_t e = cudaHostUnregister(ptr);
     if (e != cudaSuccess) (void)cudaGetLastError();
     return RC_CUDA_CHECK(e, "cudaHostUnregister");
 }
 
-extern "C" int rc_cuda_driver_version(void) {
+extern "C" int rc_driver_version_cuda(void) {
     int v = 0;
     cudaDriverGetVersion(&v);
     return v;

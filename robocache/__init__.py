@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 
-from . import _C
+from . import _C, driver
 from ._C import CudaError, get_num_threads, resample, set_num_threads
 from ._C import voxelize
 from ._C import fuse
@@ -31,34 +31,9 @@ def build_info() -> dict:
     ``devices`` the runtime sees, and ``device_error`` when it could not count them."""
     info = _C._build_info()
     if not info["cuda"]:
-        info["cuda_driver"] = _driver_cuda_version()
-    info["nvidia_driver"] = _nvidia_driver_release()
+        info["cuda_driver"] = driver.cuda_version()
+    info["nvidia_driver"] = driver.nvidia_release()
     return info
-
-
-def _driver_cuda_version() -> int:
-    """cuDriverGetVersion from libcuda.so.1, without a CUDA runtime: no cuInit, so no context
-    and nothing that breaks a later fork. 0 when there is no driver."""
-    import ctypes
-
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        version = ctypes.c_int(0)
-        return version.value if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 else 0
-    except (OSError, AttributeError):
-        return 0
-
-
-def _nvidia_driver_release() -> str:
-    try:
-        with open("/proc/driver/nvidia/version") as f:
-            head = f.readline()  # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  ..."
-    except OSError:
-        return ""
-    for word in head.split():
-        if word[:1].isdigit() and word.count(".") >= 1:
-            return word
-    return ""
 
 
 def cuda_available() -> bool:
@@ -90,10 +65,7 @@ def _gpu_left_unused() -> str:
         return f"torch sees {n} CUDA device{'s' if n != 1 else ''}" if n > 0 else ""
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return ""
-    try:
-        gpus = len(os.listdir("/proc/driver/nvidia/gpus"))
-    except OSError:
-        return ""
+    gpus = driver.nvidia_gpus()
     return f"this machine has {gpus} NVIDIA GPU{'s' if gpus != 1 else ''}" if gpus else ""
 
 

@@ -333,14 +333,16 @@ def c_sources(root: Path) -> list[Path]:
     return sorted((root / "csrc").rglob("*.c")) + sorted((root / "cuda").glob("*.cu"))
 
 
-def c_call_graph(root: Path) -> dict[str, dict[str, str]]:
+def c_name_uses(root: Path) -> list[tuple[str, int, str, str]]:
+    """(file, line, name, owner) for every use in one file of a name another file defines with
+    external linkage."""
     files = {str(p.relative_to(root)): strip_c(p.read_text(encoding="utf-8")) for p in c_sources(root)}
     defined = {f: c_definitions(code) for f, code in files.items()}
     owner: dict[str, set[str]] = {}
     for f, (external, _) in defined.items():
         for name in external:
             owner.setdefault(name, set()).add(f)
-    graph: dict[str, dict[str, str]] = {f: {} for f in files}
+    uses = []
     for f, code in files.items():
         own = defined[f][0] | defined[f][1]
         for m in _IDENT.finditer(code):
@@ -351,9 +353,36 @@ def c_call_graph(root: Path) -> dict[str, dict[str, str]]:
             if before.endswith(".") or before.endswith("->"):
                 continue  # a struct member: a call through a function pointer, not a file's function
             line = code.count("\n", 0, m.start()) + 1
-            for g in sorted(owner[name]):
-                add_edge(graph, f, g, f"{f}:{line} uses {name} (defined in {g})")
+            uses += [(f, line, name, g) for g in sorted(owner[name])]
+    return uses
+
+
+def c_call_graph(root: Path) -> dict[str, dict[str, str]]:
+    graph: dict[str, dict[str, str]] = {str(p.relative_to(root)): {} for p in c_sources(root)}
+    for f, line, name, g in c_name_uses(root):
+        add_edge(graph, f, g, f"{f}:{line} uses {name} (defined in {g})")
     return graph
+
+
+def c_glue_layer_violations(root: Path) -> list[str]:
+    """How the CPython glue breaks its layers ([] when it holds). module.c is the top: it reaches
+    an op (csrc/py_<op>.c) only through that op's entry of its hook table, `rc_<op>_op`, the one
+    name an op file defines with external linkage (no init/clear hook of its own that module.c
+    would call); and no file uses a name module.c defines (an op calling back up into it was the
+    module.c <-> py_frames.c circle of issue 29)."""
+    bad = []
+    for path in sorted((root / "csrc").glob("py_*.c")):
+        external, _ = c_definitions(strip_c(path.read_text(encoding="utf-8")))
+        extra = sorted(n for n in external if not re.fullmatch(r"rc_\w+_op", n))
+        if extra or len(external) != 1:
+            bad.append(f"{path.relative_to(root)} exposes {sorted(external)}: an op file exposes "
+                       "only its hook-table entry rc_<op>_op")
+    for f, line, name, g in c_name_uses(root):
+        if g == "csrc/module.c":
+            bad.append(f"{f}:{line} uses {name} of csrc/module.c: nothing calls up into module.c")
+        elif f == "csrc/module.c" and re.fullmatch(r"csrc/py_\w+\.c", g) and not re.fullmatch(r"rc_\w+_op", name):
+            bad.append(f"{f}:{line} uses {name} of {g}: module.c reaches an op only through its rc_<op>_op")
+    return bad
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,6 +447,32 @@ def test_c_checker_finds_cycles(tmp_path):
     assert graph["csrc/module.c"] == {"csrc/a.c": graph["csrc/module.c"]["csrc/a.c"]}
     assert graph["cuda/k.cu"] == {"csrc/cpu/k.c": graph["cuda/k.cu"]["csrc/cpu/k.c"]}
     assert c_definitions(strip_c((tmp_path / "csrc" / "module.c").read_text()))[0] == {"doc_text"}
+
+
+def test_c_glue_reaches_ops_only_through_the_hook_table():
+    bad = c_glue_layer_violations(ROOT)
+    assert not bad, "the C glue's layers:\n" + "\n".join(bad)
+
+
+def test_c_glue_checker_finds_the_old_circle(tmp_path):
+    """The layout issue 29 removed: module.c called each op's init hook, and the ops called
+    rc_get_state in module.c back; an op also exposing its entry point beside its rc_<op>_op."""
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "csrc" / "module.c").write_text(
+        "void *rc_get_state(void *m) { return m; }\n"
+        "static int exec_module(void *m) { return rc_frames_init_state(rc_get_state(m)) + rc_resample_op.id; }\n")
+    (tmp_path / "csrc" / "py_frames.c").write_text(
+        "int rc_frames_init_state(void *st) { return 0; }\n"
+        "static int gather(void *m) { return rc_get_state(m) != 0; }\n")
+    (tmp_path / "csrc" / "py_resample.c").write_text(
+        "static int resample(void) { return 0; }\nconst struct op rc_resample_op = {0};\n")
+    bad = c_glue_layer_violations(tmp_path)
+    assert any(b.startswith("csrc/py_frames.c exposes ['rc_frames_init_state']") for b in bad), bad
+    assert any(b.startswith("csrc/py_frames.c:2 uses rc_get_state of csrc/module.c") for b in bad), bad
+    assert any(b.startswith("csrc/module.c:2 uses rc_frames_init_state of csrc/py_frames.c") for b in bad), bad
+    assert not any("py_resample.c" in b for b in bad), bad  # the hook-table entry alone is fine
+    assert find_cycles(c_call_graph(tmp_path)) == [["csrc/module.c", "csrc/py_frames.c", "csrc/module.c"]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ typedef struct {
     const uint8_t *u, *v;
 } src_row;
 
-static inline float decoded(const rc_frames_args *a, const src_row *r, int64_t x, int c) {
+static inline float decoded(const rc_gather_frames_args *a, const src_row *r, int64_t x, int c) {
     if (a->format == RC_FRAMES_YUV420)
         return (float)rc_yuv_channel(((const uint8_t *)r->p)[x], r->u[x >> 1], r->v[x >> 1], c,
                                      a->yuv);
@@ -25,19 +25,19 @@ static inline float decoded(const rc_frames_args *a, const src_row *r, int64_t x
     return ((const float *)r->p)[x * a->channels + c];
 }
 
-static inline void store(char *p, float v, const rc_frames_args *a) {
+static inline void store(char *p, float v, const rc_gather_frames_args *a) {
     uint16_t h;
     float f;
     switch (a->out_dtype) {
     case RC_U8: *(uint8_t *)p = rc_to_u8(v); break;
-    case RC_F16: h = rc_f32_to_f16(rc_frames_scaled(v, a->scale)); memcpy(p, &h, 2); break;
-    case RC_BF16: h = rc_f32_to_bf16(rc_frames_scaled(v, a->scale)); memcpy(p, &h, 2); break;
-    default: f = rc_frames_scaled(v, a->scale); memcpy(p, &f, 4); break;
+    case RC_F16: h = rc_f32_to_f16(rc_frame_scaled(v, a->scale)); memcpy(p, &h, 2); break;
+    case RC_BF16: h = rc_f32_to_bf16(rc_frame_scaled(v, a->scale)); memcpy(p, &h, 2); break;
+    default: f = rc_frame_scaled(v, a->scale); memcpy(p, &f, 4); break;
     }
 }
 
 /* Source row s of the frame at `frame` (bytes). */
-static inline src_row row_of(const rc_frames_args *a, const char *frame, int64_t s) {
+static inline src_row row_of(const rc_gather_frames_args *a, const char *frame, int64_t s) {
     src_row r = {NULL, NULL, NULL};
     if (a->format == RC_FRAMES_YUV420) {
         const int64_t cw = (a->width + 1) / 2, ch = (a->height + 1) / 2;
@@ -55,7 +55,7 @@ static inline src_row row_of(const rc_frames_args *a, const char *frame, int64_t
  * outputs come from a table of the 256 converted values (the CUDA kernel does the same): a
  * division and a software half rounding per element would cost more than the decode. */
 typedef struct {
-    const rc_frames_args *a;
+    const rc_gather_frames_args *a;
     int resize, copy, table;
     float sy, sx;
     uint8_t lut[256 * 4]; /* table: the out bytes of value i at i * out element size */
@@ -63,7 +63,7 @@ typedef struct {
 
 /* Output row yo of frame m from uint8 source row r, no resize, through the table. */
 static void table_row(const frames_plan *p, char *orow, const src_row *r) {
-    const rc_frames_args *a = p->a;
+    const rc_gather_frames_args *a = p->a;
     const int64_t Wo = a->out_width, C = a->channels;
     const int oes = rc_dtype_size(a->out_dtype);
     const int64_t sx = a->out_stride_x * oes, sc = a->out_stride_c * oes;
@@ -91,7 +91,7 @@ static void table_row(const frames_plan *p, char *orow, const src_row *r) {
 
 static void frames_range(void *ctx, int64_t begin, int64_t end) {
     const frames_plan *p = (const frames_plan *)ctx;
-    const rc_frames_args *a = p->a;
+    const rc_gather_frames_args *a = p->a;
     const int64_t Ho = a->out_height, Wo = a->out_width, C = a->channels;
     const int oes = rc_dtype_size(a->out_dtype);
     for (int64_t q = begin; q < end; q++) {
@@ -136,7 +136,7 @@ static void frames_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-rc_status rc_frames_cpu(const rc_frames_args *args, int num_threads) {
+rc_status rc_gather_frames_cpu(const rc_gather_frames_args *args, int num_threads) {
     const int64_t rows = args->count * args->out_height;
     if (rows == 0 || args->out_width == 0) return RC_OK;
     frames_plan p;

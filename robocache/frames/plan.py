@@ -89,9 +89,6 @@ class Budgets:
     address: int | None = None   # bytes of address space the frames may map (RLIMIT_AS); None: no limit
     host_limit: str = ""         # the limit a default host budget is half of (robocache.memory), for messages
 
-    def of(self, tier: str) -> int:
-        return getattr(self, tier)
-
 
 def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, other_device_bytes: int = 0) -> Budgets:
     """The bytes each tier may take (see the module docstring for the defaults)."""

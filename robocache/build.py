@@ -291,7 +291,7 @@ class EpisodeBuilder:
 
         vocab = None
         if hint == "text":
-            vocab, lookup = [], {}
+            lookup: dict[str, int] = {}
             for p in ps:
                 if p is not None and p.n:
                     idx = np.empty(p.n, np.int64)

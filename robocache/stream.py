@@ -256,8 +256,9 @@ class Stream:
         a, b = int(self._offsets_host[e]), int(self._offsets_host[e + 1])
         if self.kind != "pointcloud":
             return self.values[a:b], self.times[a:b]
-        fo = self.frame_offsets
-        p0, p1 = int(self._frame_offsets_host[a]), int(self._frame_offsets_host[b])
+        fo, fo_host = self.frame_offsets, self._frame_offsets_host
+        assert fo_host is not None  # a point-cloud stream always has them (mypy cannot know the kind)
+        p0, p1 = int(fo_host[a]), int(fo_host[b])
         return PointClouds(self.values[p0:p1], fo[a:b + 1] - p0), self.times[a:b]
 
     def to(self, device) -> "Stream":
@@ -293,6 +294,7 @@ class Stream:
         frame_offsets, values = None, None
         if self.kind == "pointcloud":
             fo = self._frame_offsets_host
+            assert fo is not None  # as in episode()
             sizes = fo[rows + 1] - fo[rows]
             frame_offsets = put(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
             values = self.values[put(_ranges(fo[rows], sizes))]

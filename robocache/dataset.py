@@ -1,57 +1,31 @@
 """robocache.Dataset: episodes of named, timestamped streams held ragged on one device.
 
-Every stream is three torch tensors on the dataset's device: ``values [N,...]`` (any dtype),
-``times [N]`` float64 seconds and ``offsets [E+1]`` int64 (episode e is samples
-``[offsets[e], offsets[e+1])``). That is the ragged form ``robocache.resample`` reads directly,
-so a batch is one kernel launch over the whole dataset: nothing is padded or copied per episode.
-Point clouds add one level: ``values [P,C]`` points, ``frame_offsets [M+1]`` over points,
-``times [M]`` per frame, ``offsets [E+1]`` over frames.
+The public facade over rooms by job: the stream model (``robocache.stream``: ``Stream``, ``Episode``,
+``PointClouds``), the episode builder that checks and lays out what a reader read (``robocache.build``),
+statistics (``robocache.stats``) and the readers (``robocache.readers``). A Dataset holds its streams and
+episodes' metadata and answers the loader's one call per stream and batch, ``resample``.
 
-Timestamps are validated once here (finite, non-decreasing per episode), which is why the
+Timestamps are validated once, at build (finite, non-decreasing per episode), which is why the
 loader can call resample with ``check=False`` and never sync. torch is imported lazily:
 ``import robocache`` works with numpy alone. See docs/dataset.md.
 """
 
 from __future__ import annotations
 
-import difflib
 import html
 import math
-import sys
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ._C import resample as _resample
-from .frames.store import FrameStore
+from ._util import dtype_name, fmt_bytes, fmt_seconds, plural, resolve_device
+from ._util import torch as _torch
+from .build import EpisodeBuilder, check_span_times, check_spans
+from .stream import Episode, PointClouds, Stream, Streams  # PointClouds: public here as before the split
 
 __all__ = ["Dataset", "Episode", "FramesView", "PointClouds", "Stream"]
-
-KINDS = ("continuous", "discrete", "image", "pointcloud", "text")
-#: the statistics a stream has (Stream.stats), as LeRobot and GR00T name them
-STATS_KEYS = ("min", "max", "mean", "std", "q01", "q99")
-MODES = ("linear", "nearest", "previous", "next", "slerp")
-DEFAULT_MODES = {"continuous": "linear", "discrete": "nearest", "image": "nearest",
-                 "pointcloud": "nearest", "text": "previous"}
-COPY_MODES = ("nearest", "previous", "next")
-
-# q01/q99 come from torch.quantile, which refuses inputs above 2**24 elements; above
-# QUANTILE_ROWS rows (samples, or pixels/points for per-channel stats) they are taken on an
-# evenly spaced, deterministic subsample of that many rows.
-QUANTILE_ROWS = 1_000_000
-# mean/std/min/max are exact over all rows, accumulated in float64 chunks of this many elements
-# so a uint8 video stream is never converted to float64 whole.
-STATS_CHUNK = 1 << 22
-
-
-def _torch():
-    try:
-        import torch
-    except ModuleNotFoundError as e:
-        raise ImportError("robocache.Dataset needs PyTorch: pip install torch") from e
-    return torch
 
 
 def _lerobot_shard(path, shard_episodes, episodes, video_resize):
@@ -70,948 +44,6 @@ def _lerobot_shard(path, shard_episodes, episodes, video_resize):
                          f"use fewer ranks or shard_episodes=False")
     return mine, LoadedShard(rank, world, [int(p.size) for p in plan], np.asarray(rows, np.int64),
                              np.asarray(weights, np.int64))
-
-
-def _check_spans(video: dict, counts, ids) -> None:
-    """A LeRobot v3.0 episode's span of a shared mp4 must hold one frame per parquet row: else the span and
-    the rows describe different things (a wrong from/to_timestamp), and no frame could be trusted."""
-    from .readers import ReaderError
-    for src, n, rows, e in zip(video["sources"], counts, video["rows"], ids):
-        if not src.whole and int(n) != int(rows):
-            raise ReaderError(f"{src}, episode {e}: the span [from_timestamp, to_timestamp) holds {int(n)} video "
-                              f"frames, the episode has {int(rows)} rows in the data files")
-
-
-def _check_span_times(where: str, frame_t, parquet_t, fps: float) -> None:
-    """Each frame of a v3.0 span within 1/fps of its row's timestamp (the frame LeRobot would pick)."""
-    from .readers import ReaderError
-    if len(frame_t) != len(parquet_t) or not len(frame_t):
-        return
-    d = np.abs(np.asarray(frame_t, np.float64) - np.asarray(parquet_t, np.float64))
-    k = int(np.argmax(d))
-    if d[k] > 1.0 / fps:
-        raise ReaderError(f"{where}: frame {k} is at {frame_t[k]:.4f} s from the span's start, its row's "
-                          f"timestamp is {parquet_t[k]:.4f} s ({d[k]:.4f} s apart, more than 1/fps = "
-                          f"{1.0 / fps:.4f} s)")
-
-
-def _default_device():
-    torch = _torch()
-    if torch.cuda.is_available():
-        from ._C import _build_info
-        if _build_info()["cuda"]:
-            return torch.device("cuda")
-    return torch.device("cpu")
-
-
-def _device(device, arg: str = "device"):
-    """``device`` as a torch.device (None: the default one; a bare "cuda": the current GPU). A GPU this
-    process cannot use is a ValueError naming ``arg``, the value and why (torch's own is an AssertionError
-    deep in a copy, "Torch not compiled with CUDA enabled")."""
-    torch = _torch()
-    if device is None:
-        return _default_device()
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"{arg}={device!r} is not a device ({e}); expected 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type != "cuda":
-        return dev
-    from ._C import _build_info
-    info = _build_info()
-    if not info["cuda"]:
-        raise ValueError(f"{arg}={device!r}, but this robocache was built without its CUDA kernels "
-                         f"(cpu_only_reason {info['cpu_only_reason']!r}: `python -m robocache info`); use "
-                         f"{arg}='cpu', or reinstall with a CUDA toolkit (docs/install.md)")
-    if not torch.cuda.is_available():
-        why = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
-        raise ValueError(f"{arg}={device!r}, but torch {torch.__version__} has no GPU ({why}); use {arg}='cpu'")
-    if dev.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    if dev.index >= torch.cuda.device_count():
-        raise ValueError(f"{arg}={device!r}, but torch sees {torch.cuda.device_count()} CUDA device(s)")
-    return dev
-
-
-class Streams(dict[str, "Stream"]):
-    """``ds.streams``: stream name -> :class:`Stream`, a dict whose missing name is a KeyError that names
-    the streams there are (and the closest one), not a bare ``KeyError: 'actions'``."""
-
-    def __missing__(self, name):
-        near = difflib.get_close_matches(str(name), [str(n) for n in self], n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise KeyError(f"unknown stream {name!r}; the dataset has {sorted(self)}{hint}")
-
-
-def _progress(iterable, total: int, desc: str):
-    """tqdm when it is installed and stderr is a terminal; the bare iterable otherwise."""
-    if total < 2 or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
-        return iterable
-    try:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
-    except ModuleNotFoundError:
-        return iterable
-    return tqdm(iterable, total=total, desc=desc, leave=False)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(starts[i], starts[i] + lengths[i])``, int64."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return np.arange(total, dtype=np.int64) + shift
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
-def _fmt_seconds(s: float) -> str:
-    if s >= 3600:
-        return f"{s / 3600:.2f} h"
-    if s >= 60:
-        return f"{s / 60:.1f} min"
-    return f"{s:.2f} s"
-
-
-def _fmt_rate(r: float | None) -> str:
-    if r is None:
-        return "-"
-    return f"{r:.1f} Hz" if r >= 1 else f"{r:.3g} Hz"
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-# ----------------------------------------------------------------------------
-# per-stream storage
-
-
-class _FrameRows:
-    """The pixels of a FrameStore as ``[frames * H * W, C]`` rows for statistics, decoded in chunks
-    (never all at once: a YUV or host/disk stream may not fit the device decoded)."""
-
-    def __init__(self, store: FrameStore):
-        self.store = store
-        self.dtype = store.dtype
-        self.shape = (len(store) * store.height * store.width, store.channels)
-
-    def chunks(self):
-        step = max(1, STATS_CHUNK // max(1, self.store.height * self.store.width * self.store.channels))
-        for a in range(0, len(self.store), step):
-            yield self.store[a:a + step].reshape(-1, self.store.channels)
-
-
-@dataclass(frozen=True)
-class PointClouds:
-    """The point clouds of one episode: ``points [P,C]`` and ``offsets [M+1]`` (int64, from 0),
-    frame m being ``points[offsets[m]:offsets[m+1]]``."""
-
-    points: Any
-    offsets: Any
-
-    def __len__(self) -> int:
-        return int(self.offsets.shape[0]) - 1
-
-    def __getitem__(self, m: int):
-        if not -len(self) <= m < len(self):
-            raise IndexError(f"frame {m} out of range for {len(self)} frames")
-        m %= len(self)
-        return self.points[int(self.offsets[m]):int(self.offsets[m + 1])]
-
-
-class Stream:
-    """One named stream of a Dataset, stored ragged over all episodes.
-
-    Attributes
-    ----------
-    name, kind, mode : str
-        ``kind`` is continuous / discrete / image / pointcloud / text; ``mode`` the default
-        resample mode (linear, nearest, previous, next, slerp).
-    values : torch.Tensor or FrameStore
-        ``[N, ...]`` samples back to back (point clouds: ``[P, C]`` points). Image streams hold a
-        :class:`robocache.frames.FrameStore` (``frames``): RGB or YUV frames in the device, pinned-host or
-        disk tier; indexing it gives decoded ``[n, H, W, C]`` frames on the dataset's device.
-    times : torch.Tensor
-        ``[N]`` float64 seconds (point clouds: one time per frame, ``[M]``).
-    offsets : torch.Tensor
-        ``[E+1]`` int64 into ``times`` (point clouds: into frames).
-    frame_offsets : torch.Tensor or None
-        Point clouds only: ``[M+1]`` int64 into ``values`` (points).
-    feature_names : list or None
-    file_stats : dict or None
-        Statistics shipped with the source (e.g. LeRobot ``stats.json``), kept as given
-        (numeric entries as float64 tensors on the device).
-    nominal_rate : float or None
-        The rate the source declares (e.g. LeRobot ``fps``); ``rate`` is the measured one.
-    vocab : list of str or None
-        Text streams built from strings: ``values`` are int64 indices into ``vocab``.
-    """
-
-    def __init__(self, name: str, kind: str, mode: str, values, times, offsets, *, frame_offsets=None,
-                 feature_names: Sequence[str] | None = None, file_stats: Mapping | None = None,
-                 nominal_rate: float | None = None, vocab: Sequence[str] | None = None):
-        self.name = name
-        self.kind = kind
-        self.mode = mode
-        if (kind == "image" and not isinstance(values, FrameStore)
-                and (values.dim() == 3 or (values.dim() == 4 and 1 <= values.shape[-1] <= 4))):
-            # frames [H, W, C] go to frame storage; other "images" (channel-first, stacks) stay values
-            values = FrameStore.from_rgb(values)
-        self.values = values
-        self.times = times
-        self.offsets = offsets
-        self.frame_offsets = frame_offsets
-        self.feature_names = list(feature_names) if feature_names is not None else None
-        self.file_stats = dict(file_stats) if file_stats is not None else None
-        self.nominal_rate = float(nominal_rate) if nominal_rate is not None else None
-        self.vocab = list(vocab) if vocab is not None else None
-        # host mirror of the offsets: episode slicing and metadata never read the device
-        self._offsets_host = offsets.cpu().numpy()
-        self._frame_offsets_host = frame_offsets.cpu().numpy() if frame_offsets is not None else None
-        self._cache: dict[str, Any] = {}
-        # a subset's or a copy's statistics are those of the stream it came from, computed there
-        # when first asked for (a shard's construction then costs the bytes it keeps, not a pass
-        # over every frame of the whole set for statistics no window may use)
-        self._stats_of: Stream | None = None
-
-    # --- shape and size ------------------------------------------------------------------
-
-    @property
-    def device(self):
-        return self.values.device
-
-    @property
-    def frames(self) -> FrameStore | None:
-        """Image streams: where the frames live (``frames.tier``) and how batches read them."""
-        return self.values if isinstance(self.values, FrameStore) else None
-
-    @property
-    def dtype(self):
-        return self.values.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Per-sample shape (``values.shape[1:]``): ``(D,)``, ``(H, W, C)``, ``()``; for point
-        clouds the per-point shape ``(C,)`` (points per frame vary)."""
-        return tuple(self.values.shape[1:])
-
-    @property
-    def num_episodes(self) -> int:
-        return len(self._offsets_host) - 1
-
-    @property
-    def num_samples(self) -> int:
-        """Samples (frames for point clouds) over all episodes."""
-        return int(self.times.shape[0])
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Samples (frames) per episode, int64 numpy ``[E]`` (host mirror of ``offsets``)."""
-        return np.diff(self._offsets_host)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the stream: values (an image stream's frames in their tier), times, offsets."""
-        tensors = (self.times, self.offsets, self.frame_offsets)
-        n = sum(t.numel() * t.element_size() for t in tensors if t is not None)
-        v = self.values
-        return n + (v.nbytes if isinstance(v, FrameStore) else v.numel() * v.element_size())
-
-    # --- time ----------------------------------------------------------------------------
-
-    def _ends(self):
-        """(first, last) time per episode, float64 ``[E]`` on the device, NaN when empty."""
-        if "ends" not in self._cache:
-            torch = _torch()
-            off = self.offsets
-            n = off[1:] - off[:-1]
-            nan = torch.full((self.num_episodes,), math.nan, dtype=torch.float64, device=self.device)
-            if self.num_samples:
-                first = self.times[off[:-1].clamp(max=self.num_samples - 1)]
-                last = self.times[(off[1:] - 1).clamp(min=0)]
-                first, last = torch.where(n > 0, first, nan), torch.where(n > 0, last, nan)
-            else:
-                first, last = nan, nan.clone()
-            self._cache["ends"] = (first, last)
-        return self._cache["ends"]
-
-    @property
-    def durations(self):
-        """Per-episode ``t_last - t_first`` in seconds, float64 tensor ``[E]`` on the device
-        (0 for empty and one-sample episodes)."""
-        first, last = self._ends()
-        return (last - first).nan_to_num(0.0)
-
-    @property
-    def duration(self) -> float:
-        """Sum of the per-episode durations, seconds."""
-        return float(self.durations.sum())
-
-    @property
-    def rate(self) -> float | None:
-        """Measured rate in Hz: 1 / median of the positive sample intervals within episodes,
-        over all episodes (computed on the device once). Falls back to ``nominal_rate`` when no
-        episode has two distinct times."""
-        if "rate" not in self._cache:
-            torch = _torch()
-            t = self.times
-            rate = None
-            if t.shape[0] >= 2:
-                d = t[1:] - t[:-1]
-                inner = torch.ones_like(d, dtype=torch.bool)
-                starts = torch.from_numpy(self._offsets_host[1:-1]).to(self.device)
-                starts = starts[(starts >= 1) & (starts <= d.shape[0])]
-                inner[starts - 1] = False  # interval ending at an episode's first sample
-                d = d[inner & (d > 0)]
-                if d.numel():
-                    rate = 1.0 / float(d.median())
-            self._cache["rate"] = rate if rate is not None else self.nominal_rate
-        return self._cache["rate"]
-
-    # --- statistics ----------------------------------------------------------------------
-
-    def _stat_rows(self):
-        """values as ``[rows, features]`` for statistics, and the shape to give the results."""
-        v = self.values
-        if isinstance(v, FrameStore):
-            if v.format == "rgb" and v.tier in ("device", "cpu") and v.rows is None:
-                v = v.data
-            elif v.dtype == _torch().uint8:
-                return _FrameRows(v), (v.channels,)   # decoded chunk by chunk (YUV, host, disk)
-            else:
-                v = v[:]
-        if self.kind in ("image", "pointcloud"):
-            c = v.shape[-1] if v.dim() > 1 else 1
-            return v.reshape(v.numel() // max(c, 1), c), (c,)
-        return v.reshape(v.shape[0], math.prod(v.shape[1:])), tuple(v.shape[1:])
-
-    @property
-    def stats(self) -> dict:
-        """min, max, mean, std, q01, q99 as float64 tensors on the device.
-
-        Reduced over samples, keeping the per-sample shape (``[D]`` for a state vector);
-        images and point clouds are reduced per channel (last dim: ``[C]``). std is the
-        population std (ddof=0, as numpy and LeRobot). min/max/mean/std use every row;
-        q01/q99 use ``torch.quantile`` (linear interpolation, numpy's default) on all rows up
-        to ``QUANTILE_ROWS`` rows, else on that many evenly spaced rows (deterministic).
-        8-bit values (uint8 images, int8, bool) use per-feature 256-bin histograms instead:
-        exact over all rows, quantiles included. Text streams have no statistics (``{}``);
-        empty streams give NaN.
-        """
-        if "stats" not in self._cache:
-            own = self._dataset_stats()
-            if own is not None and all(k in own for k in STATS_KEYS):
-                self._cache["stats"] = own
-            elif self._stats_of is not None:
-                self._cache["stats"] = {k: v.to(self.device) for k, v in self._stats_of.stats.items()}
-                self._stats_of = None
-            else:
-                self._cache["stats"] = {} if self.kind == "text" else self._compute_stats()
-            if own is not None:   # the source's figures win; computed ones fill what it lacks (v2.1: quantiles)
-                self._cache["stats"] = {**self._cache["stats"], **own}
-        return self._cache["stats"]
-
-    @property
-    def stats_source(self) -> str:
-        """Where ``stats`` come from: "dataset" (the source's dataset-level statistics: LeRobot's
-        meta/stats.json, or v2.1's episodes_stats.jsonl pooled over every episode of the set; the same for
-        every episode subset and rank), or "computed" (over this stream's samples, on first use: a source
-        without statistics, images, point clouds)."""
-        return "dataset" if self._dataset_stats() is not None else "computed"
-
-    def _dataset_stats(self):
-        """The source's statistics as float64 tensors on the device, or None (none given, an image or point
-        cloud stream: LeRobot's image statistics are in [0, 1] units per channel, or a shape that is not
-        this stream's per-sample shape)."""
-        if not self.file_stats or self.kind in ("image", "pointcloud", "text"):
-            return None
-        torch = _torch()
-        out = {}
-        for k in STATS_KEYS:
-            if k in self.file_stats:
-                v = torch.as_tensor(np.asarray(self.file_stats[k].cpu() if isinstance(self.file_stats[k], torch.Tensor)
-                                               else self.file_stats[k], np.float64), device=self.device)
-                if tuple(v.shape) != tuple(self.shape) and not (v.numel() == 1 and not self.shape):
-                    return None
-                out[k] = v.reshape(self.shape)
-        return out or None
-
-    def _share_stats(self, other: "Stream") -> None:
-        """``other`` (a subset or a copy of this stream) takes this stream's statistics: now when they are
-        computed, else when first asked for."""
-        if "stats" in self._cache:
-            other._cache["stats"] = {k: v.to(other.device) for k, v in self._cache["stats"].items()}
-        else:
-            other._stats_of = self._stats_of if self._stats_of is not None else self
-
-    def _compute_stats(self) -> dict:
-        torch = _torch()
-        rows, shape = self._stat_rows()
-        m, c = rows.shape
-        f64 = dict(dtype=torch.float64, device=self.device)
-        if m == 0:
-            nan = torch.full(shape, math.nan, **f64)
-            return {k: nan.clone() for k in ("min", "max", "mean", "std", "q01", "q99")}
-        if rows.dtype in (torch.uint8, torch.int8, torch.bool):
-            out = self._histogram_stats(rows if not isinstance(rows, _FrameRows) else rows.chunks(), m, c)
-            return {k: v.reshape(shape) for k, v in out.items()}
-        # Chan et al. pairwise combination of (count, mean, M2) over float64 chunks
-        step = max(1, STATS_CHUNK // max(c, 1))
-        n_acc, mean, m2 = 0, torch.zeros(c, **f64), torch.zeros(c, **f64)
-        lo = torch.full((c,), math.inf, **f64)
-        hi = torch.full((c,), -math.inf, **f64)
-        for a in range(0, m, step):
-            x = rows[a:a + step].to(torch.float64)
-            k = x.shape[0]
-            cm = x.mean(0)
-            cm2 = ((x - cm) ** 2).sum(0)
-            delta = cm - mean
-            tot = n_acc + k
-            mean = mean + delta * (k / tot)
-            m2 = m2 + cm2 + delta ** 2 * (n_acc * k / tot)
-            n_acc = tot
-            lo = torch.minimum(lo, x.amin(0))
-            hi = torch.maximum(hi, x.amax(0))
-        std = (m2 / n_acc).sqrt()
-        if m > QUANTILE_ROWS:
-            pick = torch.linspace(0, m - 1, QUANTILE_ROWS, dtype=torch.float64, device=self.device).round().long()
-            sample = rows[pick]
-        else:
-            sample = rows
-        sample = sample.to(torch.float64)
-        q = torch.quantile(sample, torch.tensor([0.01, 0.99], **f64), dim=0)
-        out = {"min": lo, "max": hi, "mean": mean, "std": std, "q01": q[0], "q99": q[1]}
-        return {k: v.reshape(shape) for k, v in out.items()}
-
-    def _histogram_stats(self, rows, m: int, c: int) -> dict:
-        """8-bit values (images): one 256-bin histogram per feature, so every statistic,
-        q01/q99 included, is exact over all rows; ~10x faster than float64 reductions.
-        ``rows``: ``[m, c]``, or an iterable of ``[k, c]`` chunks (frames decoded in turn)."""
-        torch = _torch()
-        dev = self.device
-        base = (torch.arange(c, dtype=torch.int32, device=dev) * 256)
-        counts = torch.zeros(256 * c, dtype=torch.int64, device=dev)
-        if isinstance(rows, torch.Tensor):
-            shift = 128 if rows.dtype == torch.int8 else 0
-            step = max(1, STATS_CHUNK // max(c, 1))
-            flat = rows
-            rows = (flat[a:a + step] for a in range(0, m, step))
-        else:
-            shift = 0                                  # decoded frames are uint8
-        for chunk in rows:
-            x = chunk.reshape(-1, c).to(torch.int32).add_(base + shift)
-            counts += torch.bincount(x.reshape(-1), minlength=256 * c)
-        counts = counts.reshape(c, 256)
-        levels = torch.arange(256, dtype=torch.float64, device=dev) - shift
-        w = counts.to(torch.float64)
-        mean = (w * levels).sum(1) / m
-        std = ((w * (levels - mean[:, None]) ** 2).sum(1) / m).sqrt()
-        seen = counts > 0
-        lo = levels[seen.to(torch.uint8).argmax(1)]
-        hi = levels[255 - seen.flip(1).to(torch.uint8).argmax(1)]
-        cum = counts.cumsum(1)
-
-        def quantile(q):  # numpy's linear interpolation between the order statistics around q*(m-1)
-            pos = q * (m - 1)
-            k = math.floor(pos)
-            ranks = torch.tensor([k, min(k + 1, m - 1)], dtype=torch.int64, device=dev).expand(c, 2).contiguous()
-            v = levels[torch.searchsorted(cum, ranks, right=True)]
-            return v[:, 0] + (v[:, 1] - v[:, 0]) * (pos - k)
-
-        return {"min": lo, "max": hi, "mean": mean, "std": std, "q01": quantile(0.01), "q99": quantile(0.99)}
-
-    # --- access --------------------------------------------------------------------------
-
-    def episode(self, e: int):
-        """``(values, times)`` of episode e as views of the storage (no copy). Point clouds
-        give ``(PointClouds(points, offsets), times)`` with episode-local frame offsets."""
-        a, b = int(self._offsets_host[e]), int(self._offsets_host[e + 1])
-        if self.kind != "pointcloud":
-            return self.values[a:b], self.times[a:b]
-        fo = self.frame_offsets
-        p0, p1 = int(self._frame_offsets_host[a]), int(self._frame_offsets_host[b])
-        return PointClouds(self.values[p0:p1], fo[a:b + 1] - p0), self.times[a:b]
-
-    def to(self, device) -> "Stream":
-        """A copy of the stream on ``device`` (self when it is there already)."""
-        device = _device(device)
-        if device == self.device:
-            return self
-        move = lambda t: None if t is None else t.to(device)
-        fs = None
-        if self.file_stats is not None:
-            fs = {k: (v.to(device) if isinstance(v, _torch().Tensor) else v) for k, v in self.file_stats.items()}
-        s = Stream(self.name, self.kind, self.mode, move(self.values), move(self.times), move(self.offsets),
-                   frame_offsets=move(self.frame_offsets), feature_names=self.feature_names, file_stats=fs,
-                   nominal_rate=self.nominal_rate, vocab=self.vocab)
-        if "rate" in self._cache:
-            s._cache["rate"] = self._cache["rate"]
-        self._share_stats(s)
-        return s
-
-    def subset(self, episodes: Sequence[int]) -> "Stream":
-        """The stream with only ``episodes`` (in that order), copied on the same device.
-        Statistics and the measured rate are the full stream's, so a shard normalizes
-        exactly as the whole dataset does (the statistics computed when first asked for: the
-        subset holds the full stream until then)."""
-        torch = _torch()
-        eps = np.asarray(episodes, dtype=np.int64).reshape(-1)
-        off = self._offsets_host
-        lengths = off[eps + 1] - off[eps]
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        rows = _ranges(off[eps], lengths)                            # sample (frame) indices kept
-        put = lambda a: torch.from_numpy(a).to(self.device)
-        times = self.times[put(rows)]
-        frame_offsets, values = None, None
-        if self.kind == "pointcloud":
-            fo = self._frame_offsets_host
-            sizes = fo[rows + 1] - fo[rows]
-            frame_offsets = put(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
-            values = self.values[put(_ranges(fo[rows], sizes))]
-        elif isinstance(self.values, FrameStore):
-            values = self.values.subset(rows)
-        else:
-            values = self.values[put(rows)]
-        s = Stream(self.name, self.kind, self.mode, values, times, put(offsets), frame_offsets=frame_offsets,
-                   feature_names=self.feature_names, file_stats=self.file_stats,
-                   nominal_rate=self.nominal_rate, vocab=self.vocab)
-        self._share_stats(s)
-        s._cache["rate"] = self.rate
-        return s
-
-    def _frame_index(self):
-        """``arange(num_samples)`` int64 on the device (cached): resampled, it picks frames."""
-        ids = self._cache.get("frame_ids")
-        if ids is None:
-            ids = self._cache["frame_ids"] = _torch().arange(self.num_samples, dtype=_torch().int64,
-                                                             device=self.device)
-        return ids
-
-    def _shape_text(self) -> str:
-        if self.kind == "pointcloud":
-            return "[P," + ",".join(map(str, self.shape)) + "]"
-        return "[" + ",".join(map(str, self.shape)) + "]"
-
-    def _summary(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "dtype": _dtype_name(self.dtype), "shape": self._shape_text(),
-                "mode": self.mode, "rate": _fmt_rate(self.rate), "samples": self.num_samples,
-                "episodes": f"{int((self.lengths > 0).sum())}/{self.num_episodes} ep",
-                "duration": _fmt_seconds(self.duration),
-                "memory": _fmt_bytes(self.nbytes), "storage": self._storage_text()}
-
-    def _storage_text(self) -> str:
-        """Where the values live: the device type, or an image stream's tier and frame format."""
-        f = self.frames
-        if f is None:
-            return self.device.type
-        tier = "host (pinned)" if f.tier == "host" and f.data.is_pinned() else f.tier
-        return f"{tier}, {f.format}"
-
-    def __repr__(self) -> str:
-        s = self._summary()
-        n = f", {self.values.shape[0]} points" if self.kind == "pointcloud" else ""
-        return (f"Stream({s['name']!r}, {s['kind']} {s['dtype']} {s['shape']}, mode {s['mode']}, {s['rate']}, "
-                f"{s['samples']} samples{n}, {s['episodes']}, {s['duration']}, "
-                f"{s['memory']}, {s['storage'] if self.frames is not None else self.device})")
-
-
-@dataclass
-class Episode:
-    """Metadata of one episode: ``index`` is the source's number for it (LeRobot ``episode_index``; kept
-    by ``subset`` and ``from_lerobot(episodes=...)``), ``length`` counts the samples of the dataset's anchor
-    stream (its first stream), ``lengths`` those of every stream."""
-
-    index: int
-    length: int
-    lengths: dict = field(default_factory=dict)
-    tasks: list = field(default_factory=list)
-
-
-# ----------------------------------------------------------------------------
-# loading: one episode's (values, times) for one stream, checked and described
-
-
-@dataclass
-class _Piece:
-    values: Any          # torch tensor (host or device); pointcloud: points [P, C]
-    times: Any           # torch tensor, float or int64
-    n: int               # samples (frames)
-    shape: tuple         # per-sample (per-point) shape
-    dtype: Any           # torch dtype of values
-    hint: str | None     # "text" (strings), "pointcloud" (ragged frames) or None
-    frame_sizes: Any = None  # pointcloud: points per frame, int64 numpy [n]
-    words: Any = None    # text from strings: the strings, numpy str [n]
-
-
-def _as_tensor(a):
-    torch = _torch()
-    if isinstance(a, torch.Tensor):
-        return a
-    a = np.ascontiguousarray(a)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # read-only arrays (memory-mapped files) are only read from
-        return torch.from_numpy(a)
-
-
-def _user_stacklevel() -> int:
-    """The stacklevel of the first caller outside robocache, for a warning raised at load: a reader
-    reaches _Loader through one to four robocache frames, and the warning belongs to the user's call."""
-    import os
-    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(pkg):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-class _Loader:
-    """Turns a list of episode dicts into Streams (see Dataset.from_episodes)."""
-
-    def __init__(self, episodes, kinds, modes, rates, stats, feature_names, device, source, validate, frames=None):
-        self.torch = _torch()
-        self.episodes = list(episodes)
-        self.frames = dict(frames or {})
-        self.kinds, self.modes, self.rates = dict(kinds or {}), dict(modes or {}), dict(rates or {})
-        self.stats, self.feature_names = dict(stats or {}), dict(feature_names or {})
-        self.device = _device(device)
-        self.source = source if source is not None else "Dataset.from_episodes"
-        self.validate = validate
-        self.episode_ids = None   # the source's episode numbers (from_episodes(episode_index=)), for messages
-        for opt, d in (("kinds", self.kinds), ("modes", self.modes), ("rates", self.rates), ("stats", self.stats),
-                       ("feature_names", self.feature_names)):
-            if not isinstance(d, dict):
-                raise TypeError(f"{opt} must be a dict stream name -> value, got {type(d).__name__}")
-
-    def where(self, e, name) -> str:
-        e = self.episode_ids[e] if self.episode_ids is not None else e
-        return f"{self.source}: episode {e}, stream {name!r}"
-
-    # --- parse -------------------------------------------------------------------------
-
-    def piece(self, e, name, entry) -> _Piece:
-        torch = self.torch
-        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
-            raise TypeError(f"{self.where(e, name)}: expected a (values, times) pair, got {type(entry).__name__}")
-        values, times = entry
-        try:
-            t = _as_tensor(times)
-        except (TypeError, ValueError) as ex:
-            raise TypeError(f"{self.where(e, name)}: times must be an array of numbers ({ex})") from None
-        if t.dim() != 1:
-            raise ValueError(f"{self.where(e, name)}: times must be 1-D, got shape {tuple(t.shape)}")
-        if t.dtype == torch.bool or t.is_complex():
-            raise TypeError(f"{self.where(e, name)}: times must be float seconds or int64 nanoseconds, "
-                            f"got {_dtype_name(t.dtype)}")
-        if not t.is_floating_point():
-            t = t.to(torch.int64)
-        n = int(t.shape[0])
-        kind = self.kinds.get(name)
-
-        # point clouds: a list of [P_i, C] frames, or {"points": [P, C], "frame_offsets": [n+1]}
-        if isinstance(values, Mapping) or (
-                kind in (None, "pointcloud") and isinstance(values, (list, tuple)) and len(values)
-                and all(isinstance(f, (np.ndarray, torch.Tensor)) and f.ndim == 2 for f in values)):
-            return self.cloud_piece(e, name, values, t, n)
-        if kind == "pointcloud":
-            v = _as_tensor(values)
-            if v.dim() != 3:
-                raise ValueError(f"{self.where(e, name)}: point-cloud values must be a list of [P, C] frames, "
-                                 f"{{'points', 'frame_offsets'}} or a dense [M, P, C] array; got shape "
-                                 f"{tuple(v.shape)}")
-            sizes = np.full(v.shape[0], v.shape[1], np.int64)
-            return self.cloud_piece(e, name, {"points": v.reshape(-1, v.shape[2]),
-                                              "frame_offsets": np.concatenate([[0], np.cumsum(sizes)])}, t, n)
-
-        # text from strings
-        if not isinstance(values, torch.Tensor):
-            arr = np.asarray(values) if not isinstance(values, np.ndarray) else values
-            if arr.dtype.kind in "UOS" and (arr.size == 0 or isinstance(arr.reshape(-1)[0], (str, bytes))):
-                if arr.ndim != 1:
-                    raise ValueError(f"{self.where(e, name)}: text values must be 1-D, got shape {arr.shape}")
-                if arr.shape[0] != n:
-                    raise ValueError(f"{self.where(e, name)}: {arr.shape[0]} values but {n} times")
-                words = np.array([w.decode() if isinstance(w, bytes) else str(w) for w in arr], dtype=object)
-                return _Piece(None, t, n, (), torch.int64, "text", words=words)
-            if arr.dtype.kind == "O":
-                raise TypeError(f"{self.where(e, name)}: values of dtype object are neither strings nor "
-                                f"point-cloud frames")
-            values = arr
-        v = _as_tensor(values)
-        if v.dim() == 0:
-            raise ValueError(f"{self.where(e, name)}: values must have a sample axis, got a scalar")
-        if v.shape[0] != n:
-            raise ValueError(f"{self.where(e, name)}: {v.shape[0]} values but {n} times")
-        return _Piece(v, t, n, tuple(v.shape[1:]), v.dtype, None)
-
-    def cloud_piece(self, e, name, values, t, n) -> _Piece:
-        torch = self.torch
-        if isinstance(values, Mapping):
-            if set(values) != {"points", "frame_offsets"}:
-                raise ValueError(f"{self.where(e, name)}: a point-cloud dict has keys 'points' and "
-                                 f"'frame_offsets', got {sorted(values)}")
-            pts = _as_tensor(values["points"])
-            fo = np.asarray(_as_tensor(values["frame_offsets"]).cpu(), dtype=np.int64)
-            if pts.dim() != 2:
-                raise ValueError(f"{self.where(e, name)}: points must be [P, C], got shape {tuple(pts.shape)}")
-            if fo.ndim != 1 or fo.shape[0] != n + 1:
-                raise ValueError(f"{self.where(e, name)}: frame_offsets must be [M+1] = [{n + 1}] for {n} "
-                                 f"times, got shape {fo.shape}")
-            sizes = np.diff(fo)
-            if fo[0] != 0 or fo[-1] != pts.shape[0] or (sizes < 0).any():
-                raise ValueError(f"{self.where(e, name)}: frame_offsets must rise from 0 to {pts.shape[0]} "
-                                 f"(the number of points)")
-        else:
-            frames = [_as_tensor(f) for f in values]
-            if len(frames) != n:
-                raise ValueError(f"{self.where(e, name)}: {len(frames)} point-cloud frames but {n} times")
-            for m, f in enumerate(frames):
-                if f.dim() != 2 or f.shape[1:] != frames[0].shape[1:] or f.dtype != frames[0].dtype:
-                    raise ValueError(f"{self.where(e, name)}: frame {m} is {_dtype_name(f.dtype)} "
-                                     f"{tuple(f.shape)}; frames must be [P, C] with the same C and dtype "
-                                     f"(frame 0: {_dtype_name(frames[0].dtype)} {tuple(frames[0].shape)})")
-            sizes = np.array([f.shape[0] for f in frames], np.int64)
-            pts = torch.cat(frames) if frames else torch.zeros((0, 3), dtype=torch.float32)
-        return _Piece(pts, t, n, tuple(pts.shape[1:]), pts.dtype, "pointcloud", frame_sizes=sizes)
-
-    # --- build -------------------------------------------------------------------------
-
-    def run(self):
-        torch = self.torch
-        E = len(self.episodes)
-        names: list[str] = []
-        for e, ep in enumerate(self.episodes):
-            if not isinstance(ep, Mapping):
-                raise TypeError(f"{self.source}: episode {e} must be a dict stream name -> (values, times), "
-                                f"got {type(ep).__name__}")
-            names += [k for k in ep if k not in names]
-        stored = [k for k in self.frames if k not in names]
-        for opt in (self.kinds, self.modes, self.rates, self.stats, self.feature_names):
-            unknown = [k for k in opt if k not in names and k not in stored]
-            if unknown:
-                raise ValueError(f"{self.source}: options name streams that no episode has: {unknown}")
-
-        pieces = {name: [None] * E for name in names}
-        for e, ep in enumerate(self.episodes):
-            for name in names:
-                if name in ep:
-                    pieces[name][e] = self.piece(e, name, ep[name])
-
-        # one time base: float seconds as given, or int64 ns relative to the smallest timestamp
-        int_t = [(e, n) for n in names for e, p in enumerate(pieces[n]) if p is not None and p.n
-                 and not p.times.is_floating_point()]
-        flt_t = [(e, n) for n in names for e, p in enumerate(pieces[n]) if p is not None and p.n
-                 and p.times.is_floating_point()]
-        if int_t and flt_t:
-            (ei, ni), (ef, nf) = int_t[0], flt_t[0]
-            raise ValueError(f"{self.source}: times mix int64 nanoseconds (episode {ei}, stream {ni!r}) with float "
-                             f"seconds (episode {ef}, stream {nf!r}); give every stream the same time base")
-        origin = min(int(pieces[n][e].times.min()) for e, n in int_t) if int_t else None
-
-        if stored and origin is not None:
-            raise ValueError(f"{self.source}: frame streams {stored} have float-second times but other streams "
-                             f"int64 nanoseconds")
-        streams = {}
-        for name in names:
-            streams[name] = self.build(name, pieces[name], origin)
-        for name in stored:
-            streams[name] = self.build_frames(name, *self.frames[name])
-        return streams, origin
-
-    def build_frames(self, name, store: FrameStore, times) -> Stream:
-        """An image stream over frames already in their store (robocache.frames), one times array per
-        episode (float seconds)."""
-        torch = self.torch
-        if len(times) != len(self.episodes):
-            raise ValueError(f"{self.source}: stream {name!r} has times for {len(times)} episodes, not "
-                             f"{len(self.episodes)}")
-        lengths = np.array([len(t) for t in times], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        if int(offsets[-1]) != len(store):
-            raise ValueError(f"{self.source}: stream {name!r}: {int(offsets[-1])} frame times for {len(store)} "
-                             f"stored frames")
-        host = np.concatenate([np.asarray(t, np.float64) for t in times]) if len(times) else np.zeros(0)
-        times_t = torch.from_numpy(host).to(self.device)
-        if self.validate:
-            self.check_times(name, times_t, offsets)
-        mode = self.modes.get(name, DEFAULT_MODES["image"])
-        if mode not in COPY_MODES:
-            raise ValueError(f"{self.source}: stream {name!r} (image): mode must be one of {COPY_MODES}, got {mode!r}")
-        fstats = self.stats.get(name)
-        if fstats is not None:
-            fstats = {k: self.stat_tensor(v) for k, v in fstats.items()}
-        return Stream(name, "image", mode, store.to(self.device), times_t, torch.from_numpy(offsets).to(self.device),
-                      feature_names=self.feature_names.get(name), file_stats=fstats,
-                      nominal_rate=self.rates.get(name))
-
-    def describe(self, name, ps):
-        """kind, mode, dtype, per-sample shape of a stream, checked across its episodes."""
-        torch = self.torch
-        ref = next(((e, p) for e, p in enumerate(ps) if p is not None and p.n), None)
-        hint = ref[1].hint if ref is not None else None
-        for e, p in enumerate(ps):
-            if p is not None and p.n and p.hint != hint:
-                what = lambda h: {"text": "strings", "pointcloud": "point-cloud frames"}.get(h, "arrays")
-                raise ValueError(f"{self.where(e, name)}: values are {what(p.hint)} but {what(hint)} in episode "
-                                 f"{ref[0]}")
-        if ref is None:  # empty everywhere: shape and dtype of the first given piece
-            ref = next(((e, p) for e, p in enumerate(ps) if p is not None), (0, None))
-        e0, p0 = ref
-        dtype = p0.dtype if p0 is not None else torch.float32
-        shape = p0.shape if p0 is not None else ()
-        for e, p in enumerate(ps):
-            if p is None or not p.n:
-                continue  # empty episodes carry no samples: their dtype/shape do not matter
-            if p.shape != shape:
-                what = "point shape" if hint == "pointcloud" else "sample shape"
-                raise ValueError(f"{self.where(e, name)}: {what} {p.shape} differs from {shape} in episode {e0}")
-            if p.dtype != dtype:
-                raise ValueError(f"{self.where(e, name)}: dtype {_dtype_name(p.dtype)} differs from "
-                                 f"{_dtype_name(dtype)} in episode {e0}")
-        kind = self.kinds.get(name)
-        if kind is not None and kind not in KINDS:
-            raise ValueError(f"{self.source}: stream {name!r}: kind {kind!r} is not one of {KINDS}")
-        if hint == "text" and kind not in (None, "text"):
-            raise ValueError(f"{self.source}: stream {name!r} holds strings but kinds says {kind!r}")
-        if hint == "pointcloud" and kind not in (None, "pointcloud"):
-            raise ValueError(f"{self.source}: stream {name!r} holds point-cloud frames but kinds says {kind!r}")
-        if kind is None:
-            if hint:
-                kind = hint
-            elif dtype == torch.uint8 and len(shape) == 3:
-                kind = "image"
-            elif dtype.is_floating_point:
-                kind = "continuous"
-            else:
-                kind = "discrete"
-        mode = self.modes.get(name, DEFAULT_MODES[kind])
-        if mode not in MODES:
-            raise ValueError(f"{self.source}: stream {name!r}: mode {mode!r} is not one of {MODES}")
-        if kind in ("pointcloud", "text") and mode not in COPY_MODES:
-            raise ValueError(f"{self.source}: stream {name!r} ({kind}): mode must be one of {COPY_MODES}, got {mode!r}")
-        if kind not in ("pointcloud", "text") and not dtype.is_floating_point and mode not in COPY_MODES:
-            raise ValueError(f"{self.source}: stream {name!r} ({_dtype_name(dtype)} values): mode must be one of "
-                             f"{COPY_MODES}, got {mode!r}")
-        if mode == "slerp" and (not shape or shape[-1] != 4):
-            raise ValueError(f"{self.source}: stream {name!r}: slerp needs quaternions (last dim 4), got sample "
-                             f"shape {shape}")
-        return kind, mode, dtype, shape, hint
-
-    def build(self, name, ps, origin) -> Stream:
-        torch = self.torch
-        kind, mode, dtype, shape, hint = self.describe(name, ps)
-        dev = self.device
-        lengths = np.array([p.n if p is not None else 0 for p in ps], np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        N = int(offsets[-1])
-
-        vocab = None
-        if hint == "text":
-            vocab, lookup = [], {}
-            for p in ps:
-                if p is not None and p.n:
-                    idx = np.empty(p.n, np.int64)
-                    for i, w in enumerate(p.words):
-                        idx[i] = lookup.setdefault(w, len(lookup))
-                    p.values = torch.from_numpy(idx)
-            vocab = list(lookup)
-
-        frame_offsets = None
-        if hint == "pointcloud":
-            sizes = np.concatenate([p.frame_sizes if p is not None and p.n else np.zeros(0, np.int64) for p in ps])
-            fo = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            frame_offsets = torch.from_numpy(fo).to(dev)
-            rows = int(fo[-1])
-            point_starts = fo[offsets]
-        else:
-            rows = N
-            point_starts = offsets
-
-        values = torch.empty((rows,) + tuple(shape), dtype=dtype, device=dev)
-        times = torch.empty(N, dtype=torch.float64, device=dev)
-        for e in _progress(range(len(ps)), len(ps), f"loading {name}"):
-            p = ps[e]
-            if p is None or not p.n:
-                continue
-            a, b = int(offsets[e]), int(offsets[e + 1])
-            pa, pb = int(point_starts[e]), int(point_starts[e + 1])
-            values[pa:pb].copy_(p.values.reshape((pb - pa,) + tuple(shape)))
-            t = p.times
-            if not t.is_floating_point():
-                # exact in int64, then < 2**53 ns for spans under 104 days: no nanosecond is lost
-                t = (t.to(dev) - origin).to(torch.float64) / 1e9
-            times[a:b].copy_(t)
-        offsets_t = torch.from_numpy(offsets).to(dev)
-        if self.validate:
-            self.check_times(name, times, offsets)
-            if dtype.is_floating_point and kind not in ("image", "pointcloud") and rows:
-                self.warn_nonfinite(name, values, offsets)
-
-        fstats = self.stats.get(name)
-        if fstats is not None:
-            fstats = {k: self.stat_tensor(v) for k, v in fstats.items()}
-        return Stream(name, kind, mode, values, times, offsets_t, frame_offsets=frame_offsets,
-                      feature_names=self.feature_names.get(name), file_stats=fstats,
-                      nominal_rate=self.rates.get(name), vocab=vocab)
-
-    def stat_tensor(self, v):
-        torch = self.torch
-        if isinstance(v, torch.Tensor):
-            return v.to(self.device)
-        try:
-            a = np.asarray(v, dtype=np.float64)
-        except (TypeError, ValueError):
-            return v
-        return torch.from_numpy(a).to(self.device)
-
-    def warn_nonfinite(self, name, values, offsets):
-        """Warns when float values hold NaN or inf, naming the first such sample: one vectorized check and
-        one sync, at load only. A warning, not an error: a source may mark missing readings so (rosbag
-        joint_fill="nan", a sensor dropout), but a policy trained on them quietly diverges."""
-        torch = self.torch
-        bad = ~torch.isfinite(values.reshape(values.shape[0], -1)).all(dim=1)
-        if not bool(bad.any()):
-            return
-        i = int(torch.nonzero(bad)[0, 0])
-        e = int(np.searchsorted(offsets, i, side="right") - 1)
-        warnings.warn(f"{self.where(e, name)}: {int(bad.sum())} of {len(bad)} samples hold NaN or inf values, the "
-                      f"first at index {i - int(offsets[e])} ({values[i].flatten()[:8].tolist()}); batches that "
-                      f"sample them carry them into the model (python -m robocache doctor lists them)",
-                      stacklevel=_user_stacklevel())
-
-    def check_times(self, name, times, offsets):
-        """Finite and non-decreasing within every episode: vectorized on the device, one sync."""
-        torch = self.torch
-        N = times.shape[0]
-        if N == 0:
-            return
-        bad = ~torch.isfinite(times)
-        dec = torch.zeros(N, dtype=torch.bool, device=times.device)
-        dec[1:] = times[1:] < times[:-1]
-        starts = torch.from_numpy(offsets[:-1][offsets[:-1] < N]).to(times.device)
-        dec[starts] = False  # a new episode may start earlier than the last one ended
-        flags = torch.stack([bad.any(), dec.any()]).tolist()
-        if not any(flags):
-            return
-        # report the earliest problem of either kind
-        first = [int(torch.nonzero(x)[0, 0]) if f else N for f, x in zip(flags, (bad, dec))]
-        i = min(first)
-        e = int(np.searchsorted(offsets, i, side="right") - 1)
-        j = i - int(offsets[e])
-        if first[0] == i:
-            raise ValueError(f"{self.where(e, name)}: time at index {j} is not finite ({float(times[i])})")
-        raise ValueError(f"{self.where(e, name)}: times decrease at index {j} "
-                         f"({float(times[i - 1]):.9g} -> {float(times[i]):.9g})")
-
-
-# ----------------------------------------------------------------------------
-# the dataset
 
 
 class Dataset:
@@ -1051,7 +83,7 @@ class Dataset:
         # (rank, world_size, samples per rank) when loaded as one rank's episodes (from_lerobot's
         # shard_episodes): the DataLoader then takes it as this rank's shard as it is
         self.shard = None
-        # LeRobot's metadata (robocache.lerobot.LeRobotMeta) when read from a LeRobot set, kept by subset/to
+        # LeRobot's metadata (readers.lerobot.LeRobotMeta) when read from a LeRobot set, kept by subset/to
         self.meta = None
 
     # --- construction --------------------------------------------------------------------
@@ -1104,29 +136,29 @@ class Dataset:
         ------
         ImportError without torch; TypeError/ValueError naming source, episode, stream and index.
         """
-        loader = _Loader(episodes, kinds, modes, rates, stats, feature_names, device, source, validate, frames)
+        builder = EpisodeBuilder(episodes, kinds, modes, rates, stats, feature_names, device, source, validate, frames)
         if episode_index is not None:
             ids = [int(i) for i in episode_index]
-            if len(ids) != len(loader.episodes) or any(i != x for i, x in zip(ids, episode_index)):
-                raise ValueError(f"{loader.source}: episode_index must hold one integer per episode "
-                                 f"({len(loader.episodes)}), got {list(episode_index)[:8]}")
-            loader.episode_ids = ids
-        streams, origin = loader.run()
-        E = len(loader.episodes)
+            if len(ids) != len(builder.episodes) or any(i != x for i, x in zip(ids, episode_index)):
+                raise ValueError(f"{builder.source}: episode_index must hold one integer per episode "
+                                 f"({len(builder.episodes)}), got {list(episode_index)[:8]}")
+            builder.episode_ids = ids
+        streams, origin = builder.run()
+        E = len(builder.episodes)
         if tasks is None:
             tasks = [[] for _ in range(E)]
         else:
             tasks = list(tasks)
             if len(tasks) != E:
-                raise ValueError(f"{loader.source}: tasks has {len(tasks)} entries for {E} episodes")
+                raise ValueError(f"{builder.source}: tasks has {len(tasks)} entries for {E} episodes")
             tasks = [[t] if isinstance(t, str) else list(t) for t in tasks]
         anchor = next(iter(streams), None)
         eps = []
         for e in range(E):
             lengths = {n: int(s.lengths[e]) for n, s in streams.items()}
-            eps.append(Episode(index=loader.episode_ids[e] if loader.episode_ids is not None else e,
+            eps.append(Episode(index=builder.episode_ids[e] if builder.episode_ids is not None else e,
                                length=lengths[anchor] if anchor else 0, lengths=lengths, tasks=tasks[e]))
-        return cls(streams, eps, device=loader.device, time_origin_ns=origin, source=source)
+        return cls(streams, eps, device=builder.device, time_origin_ns=origin, source=source)
 
     @classmethod
     def _from_read(cls, eps, device, validate: bool) -> "Dataset":
@@ -1229,7 +261,7 @@ class Dataset:
             ds.shard = shard
             return ds
         from .frames.videos import load_videos
-        dev = _device(device)
+        dev = resolve_device(device)
         other = sum(np.asarray(v).nbytes + np.asarray(t).nbytes for ep in eps.episodes for v, t in ep.values()
                     if not isinstance(v, list))
         ids = eps.extra["episode_index"]
@@ -1237,14 +269,14 @@ class Dataset:
                              device_memory=device_memory, host_memory=host_memory, resize=video_resize,
                              backend=video_backend, cache=cache, workers=max_workers, show_progress=show_progress,
                              other_device_bytes=other, source=str(path), jpeg_qscale=jpeg_qscale,
-                             check=lambda k, counts: _check_spans(videos[k], counts, ids))
+                             check=lambda k, counts: check_spans(videos[k], counts, ids))
         stored = {}
         for k, (store, times) in loaded.items():
             for i, (t, rows, src) in enumerate(zip(times, videos[k]["rows"], videos[k]["sources"])):
                 where = f"{src}, episode {ids[i]}"
                 parquet_t = next(iter(eps.episodes[i].values()))[1] if eps.episodes[i] else None
                 if not src.whole and parquet_t is not None:
-                    _check_span_times(where, t, parquet_t, videos[k]["fps"])
+                    check_span_times(where, t, parquet_t, videos[k]["fps"])
                 if video_timestamps == "parquet":
                     if len(t) != rows:
                         raise ValueError(f"{where}: video_timestamps='parquet' needs one frame per row, the video "
@@ -1592,7 +624,7 @@ class Dataset:
     def to(self, device) -> "Dataset":
         """A Dataset with every tensor on ``device``; self when it is there already (as
         ``torch.Tensor.to``). The original is left as it was."""
-        device = _device(device)
+        device = resolve_device(device)
         if all(s.device == device for s in self.streams.values()) and self.device == device:
             return self
         streams = {n: s.to(device) for n, s in self.streams.items()}
@@ -1616,19 +648,13 @@ class Dataset:
         else one entry per stream (dtype, per-sample shape) in the same form."""
         if self.meta is not None:
             return dict(self.meta.features)
-        return {n: {"dtype": "video" if s.kind == "image" else _dtype_name(s.dtype), "shape": list(s.shape[1:]),
+        return {n: {"dtype": "video" if s.kind == "image" else dtype_name(s.dtype), "shape": list(s.shape),
                     "names": s.feature_names} for n, s in self.streams.items()}
 
     @property
     def camera_keys(self) -> list[str]:
         """The image streams (LeRobot's ``camera_keys``: video and image features)."""
         return [n for n, s in self.streams.items() if s.kind == "image"]
-
-    def report(self, **kwargs):
-        """A doctor's report of this dataset: rates, gaps, clock and value defects per stream
-        (``robocache.doctor.diagnose``; ``python -m robocache doctor PATH`` for files)."""
-        from .doctor import diagnose
-        return diagnose(self, **kwargs)
 
     # --- display -------------------------------------------------------------------------
 
@@ -1637,8 +663,8 @@ class Dataset:
         ids = self.episode_index
         if ids.size and not np.array_equal(ids, np.arange(ids.size)):     # the source's numbers
             src += f"episodes [{', '.join(map(str, ids[:8]))}{', ...' if ids.size > 8 else ''}], "
-        return (f"Dataset({src}{_count(len(self), 'episode')}, {_count(len(self.streams), 'stream')}, "
-                f"{_count(self.num_frames, 'frame')}, {_fmt_seconds(self.duration)}, {_fmt_bytes(self.nbytes)}, "
+        return (f"Dataset({src}{plural(len(self), 'episode')}, {plural(len(self.streams), 'stream')}, "
+                f"{plural(self.num_frames, 'frame')}, {fmt_seconds(self.duration)}, {fmt_bytes(self.nbytes)}, "
                 f"device {self.device})")
 
     def __repr__(self) -> str:
@@ -1656,10 +682,10 @@ class Dataset:
 
     def _stats_line(self) -> str:
         """Which streams normalize with the dataset's own statistics and which with computed ones."""
-        own = [n for n, s in self.streams.items() if s.kind not in ("text",) and s.stats_source == "dataset"]
-        rest = [n for n, s in self.streams.items() if s.kind not in ("text",) and n not in own]
-        parts = ([f"dataset ({', '.join(own)})"] if own else []) + ([f"computed on use ({', '.join(rest)})"] if rest
-                                                                     else [])
+        own = [n for n, s in self.streams.items() if s.kind != "text" and s.stats_source == "dataset"]
+        rest = [n for n, s in self.streams.items() if s.kind != "text" and n not in own]
+        parts = ([f"dataset ({', '.join(own)})"] if own else []) + \
+            ([f"computed on use ({', '.join(rest)})"] if rest else [])
         return "  statistics: " + "; ".join(parts)
 
     def _repr_html_(self) -> str:
@@ -1671,23 +697,20 @@ class Dataset:
                        for s in self.streams.values())
         totals = (("episode" if len(self) == 1 else "episodes", len(self)),
                   ("frame" if self.num_frames == 1 else "frames", self.num_frames),
-                  ("duration", _fmt_seconds(self.duration)), ("memory", _fmt_bytes(self.nbytes)),
+                  ("duration", fmt_seconds(self.duration)), ("memory", fmt_bytes(self.nbytes)),
                   ("device", self.device))
         tot = " &middot; ".join(f"<b>{esc(v)}</b> {k}" for k, v in totals)
         src = f"<code>{esc(self.source)}</code><br>" if self.source else ""
-        tasks = f"<br>{_count(len(self.tasks), 'task')}" if self.tasks else ""
+        tasks = f"<br>{plural(len(self.tasks), 'task')}" if self.tasks else ""
         return (f"<div class='robocache-dataset'><b>robocache.Dataset</b> {src}{tot}{tasks}"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 #: the column titles of Dataset's repr and _repr_html_, in _summary's order
+
+#: the column titles of Dataset's repr and _repr_html_, in Stream._summary's order
 _COLUMN_HEADS = ("stream", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
                  "storage")
-
-
-def _count(n: int, noun: str) -> str:
-    """'1 episode', '2 episodes'."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class FramesView:
@@ -1704,4 +727,4 @@ class FramesView:
         return self.dataset[i]
 
     def __repr__(self) -> str:
-        return f"FramesView({_count(len(self), 'frame')} of {self.dataset.anchor!r}, {_count(len(self.dataset), 'episode')})"
+        return f"FramesView({plural(len(self), 'frame')} of {self.dataset.anchor!r}, {plural(len(self.dataset), 'episode')})"

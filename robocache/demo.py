@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._util import torch as _torch
+
 CHUNK = 16          # action steps the policy predicts
 HISTORY = 4         # state steps it sees (the anchor and the 3 before)
 
@@ -352,11 +354,6 @@ def setup_for(ds, generated: bool, image_size: int = 64, *, action: str | None =
     desc = (f"state {'+'.join(state)} x{HISTORY}, action {action} x{CHUNK}"
             + (f", image {image}" if image else ""))
     return Setup(windows, action, dims(state), dims([action]), channels, scale, desc)
-
-
-def _torch():
-    from .dataset import _torch as t
-    return t()
 
 
 # --------------------------------------------------------------------------------------------

@@ -382,7 +382,7 @@ def detect(path) -> str:
 
 
 def _diagnose_rosbag(report: Report, path, gap, gap_factor, window) -> None:
-    from .readers._common import ReaderError
+    from ._util import ReaderError
     from .readers.rosbag import assemble, find_bags, read_bag
     from .readers.ros_messages import Options
 
@@ -462,11 +462,8 @@ def _diagnose_rosbag(report: Report, path, gap, gap_factor, window) -> None:
             elif off and off["max"] - off["min"] > 0.5e9:
                 report.add("note", where, "clock_jitter",
                            f"log - header time varies by {(off['max'] - off['min']) / 1e6:.0f} ms")
-    from .readers.rosbag import _warn_clocks  # the same mixed-clock test the reader warns with
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _warn_clocks(ep)
+    from .readers.rosbag import note_clock_warnings  # the same mixed-clock test the reader warns with
+    note_clock_warnings(ep)
     for b in ep.extra["bags"]:
         for w in b.get("warnings", []):
             if w.startswith("streams on different clocks"):
@@ -475,11 +472,11 @@ def _diagnose_rosbag(report: Report, path, gap, gap_factor, window) -> None:
 
 def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> None:
     from .readers import read_lerobot
-    from .readers._common import ReaderError, require
-    from .readers.lerobot import _load_json, _load_jsonl, _read_parquet
+    from ._util import ReaderError, require
+    from .readers.lerobot import load_json, load_jsonl, read_parquet
 
     try:
-        info = _load_json(root / "meta" / "info.json")
+        info = load_json(root / "meta" / "info.json")
     except ReaderError as err:
         report.add("error", root / "meta" / "info.json", "unreadable", str(err))
         return
@@ -493,7 +490,7 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
     require("pyarrow", "lerobot", "the LeRobot checks")
     chunks = int(info.get("chunks_size") or 1000)
     try:
-        eps = {int(r["episode_index"]): r for r in _load_jsonl(root / "meta" / "episodes.jsonl")}
+        eps = {int(r["episode_index"]): r for r in load_jsonl(root / "meta" / "episodes.jsonl")}
     except (ReaderError, KeyError, ValueError) as err:
         report.add("error", root / "meta" / "episodes.jsonl", "unreadable", str(err))
         return
@@ -515,7 +512,7 @@ def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> No
             missing.setdefault("data", []).append(e)
             continue
         try:
-            t = _read_parquet(data, columns=None)
+            t = read_parquet(data, columns=None)
         except ReaderError as err:
             report.add("error", data, "unreadable", str(err))
             continue
@@ -604,7 +601,7 @@ def _video_frames(path: Path):
 
 
 def _generic(report: Report, read, gap, gap_factor, window) -> None:
-    from .readers._common import ReaderError
+    from ._util import ReaderError
 
     import warnings
     try:

@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .dataset import Dataset, _torch
+from ._util import torch as _torch
+from .dataset import Dataset
 from .sampling import Samples, distributed, episode_shard, loaded_shard
 from .user_warning import warn
 from .windows import Window, _plan, _run_plan

@@ -13,7 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .dataset import Dataset, _torch
+from ._util import torch as _torch
+from .dataset import Dataset
 from .shard import rank_samples
 
 

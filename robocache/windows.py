@@ -16,7 +16,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .dataset import MODES, Dataset, _torch
+from ._util import torch as _torch
+from .dataset import Dataset
+from .stream import MODES
 
 __all__ = ["Window"]
 

@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import Dataset, Stream  # noqa: E402
-from robocache import dataset as rds  # noqa: E402
+from robocache import stats as rstats  # noqa: E402
+from robocache._util import progress  # noqa: E402
 
 RATES = {"joints": 200.0, "camera": 30.0, "cloud": 10.0, "gripper": 200.0, "task": 10.0}
 
@@ -376,8 +377,8 @@ def test_stats_match_numpy(ds, episodes):
 def test_stats_chunked_and_subsampled(monkeypatch, rng):
     """Large streams: mean/std combined over chunks stay exact-ish; q01/q99 come from an evenly
     spaced subsample and stay close."""
-    monkeypatch.setattr(rds, "STATS_CHUNK", 3 * 1000)
-    monkeypatch.setattr(rds, "QUANTILE_ROWS", 5000)
+    monkeypatch.setattr(rstats, "STATS_CHUNK", 3 * 1000)
+    monkeypatch.setattr(rstats, "QUANTILE_ROWS", 5000)
     x = (rng.standard_normal((20011, 3)) * [1, 10, 100] + [0, 5, -50]).astype(np.float32)
     ds = Dataset.from_episodes([{"x": (x[:7000], np.arange(7000.0))}, {"x": (x[7000:], np.arange(13011.0))}],
                                device="cpu")
@@ -398,8 +399,8 @@ def test_stats_chunked_and_subsampled(monkeypatch, rng):
 def test_stats_8bit_histogram_exact(monkeypatch, rng, dtype):
     """8-bit streams: histogram statistics, exact over every row (no subsample) and equal to numpy,
     quantiles interpolated between order statistics."""
-    monkeypatch.setattr(rds, "STATS_CHUNK", 64)
-    monkeypatch.setattr(rds, "QUANTILE_ROWS", 10)
+    monkeypatch.setattr(rstats, "STATS_CHUNK", 64)
+    monkeypatch.setattr(rstats, "QUANTILE_ROWS", 10)
     n = int(rng.integers(30, 400))
     if dtype == "bool":
         x = rng.random((n, 2)) < [0.3, 0.995]
@@ -570,7 +571,7 @@ def test_repr_counts_in_the_singular():
 
 def test_progress_is_silent_without_a_terminal():
     it = range(5)
-    assert rds._progress(it, 5, "x") is it  # pytest's stderr is not a TTY
+    assert progress(it, 5, "x") is it  # pytest's stderr is not a TTY
 
 
 @pytest.mark.cuda

@@ -16,6 +16,10 @@ the sources alone (no build, no import of robocache), so this runs in CI on any 
   through function pointers) are not uses; a name in a table (module.c's method table) is.
 
 A failure prints every cycle with the line each edge comes from.
+
+Then the rooms (issue 29): no module takes another module's private names (a short allow-list, each
+with its reason), the dataset model imports no tool (doctor, viz, demo, bench), no library file over
+800 lines.
 """
 
 from __future__ import annotations
@@ -515,3 +519,96 @@ def test_only_the_video_layer_imports_video_libraries():
                 if n.split(".")[0] in ("av", "cv2") or n.startswith("torchvision.io"):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {n}")
     assert not found, "video libraries outside robocache/video/:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# rooms by job (issue 29): no module takes another's private names; no library file too long to read
+
+# (importer, "module.name") allowed to cross a module boundary with a private name, and why
+PRIVATE_IMPORTS_ALLOWED = {
+    ("robocache.loader", "robocache.windows._plan"): "issue 29 item 3 turns window plans into classes",
+    ("robocache.loader", "robocache.windows._run_plan"): "issue 29 item 3 turns window plans into classes",
+}
+# modules whose underscore names are the package's own, not private to the module: the compiled
+# extension keeps its user API unprefixed and its package-internal entry points (_build_info,
+# _graph_launch, _host_register...) underscored, as CPython extensions do
+PACKAGE_INTERNAL_MODULES = {"robocache._C": "the extension's package-internal entry points"}
+MAX_LINES = 800
+
+
+def private_imports(package_dir: Path) -> list[tuple[str, str, str]]:
+    """(importer, "module.name", "file:line") for every private name (``_x``, not dunders) a module of
+    ``package_dir`` takes from another module of it: ``from M import _x`` (absolute or relative, inside
+    functions too) and ``m._x`` where ``m`` names a module imported from the package. Importing a private
+    module (``from . import _util``) is fine: a leading underscore on a module means private to the package."""
+    top = package_dir.name
+    modules = python_modules(package_dir)
+    found = []
+    private = lambda name: name.startswith("_") and not name.startswith("__")
+    for importer, path in modules.items():
+        if path.suffix != ".py":
+            continue
+        is_package = path.name == "__init__.py"
+        rel = path.relative_to(package_dir.parent)
+        aliases: dict[str, str] = {}      # local name -> module of the package it is bound to
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = (node.module if node.level == 0
+                          else _resolve_relative(importer, is_package, node.level, node.module))
+                if not target or (target != top and not target.startswith(top + ".")):
+                    continue
+                for a in node.names:
+                    full = f"{target}.{a.name}"
+                    if full in modules:
+                        aliases[a.asname or a.name] = full
+                    elif private(a.name) and target != importer:
+                        found.append((importer, full, f"{rel}:{node.lineno}"))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in modules and a.asname:
+                        aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and private(node.attr) and aliases[node.value.id] != importer):
+                found.append((importer, f"{aliases[node.value.id]}.{node.attr}", f"{rel}:{node.lineno}"))
+    return sorted(set(found))
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = private_imports(ROOT / "robocache")
+    assert found, "the checker found nothing at all: robocache._C's names should show"  # it looks
+    bad = [f"{where} {imp} takes {name}" for imp, name, where in found
+           if (imp, name) not in PRIVATE_IMPORTS_ALLOWED and name.rpartition(".")[0] not in PACKAGE_INTERNAL_MODULES]
+    assert not bad, ("private names taken across modules (make them public in a sensible module, or add "
+                     "them to PRIVATE_IMPORTS_ALLOWED with the reason):\n" + "\n".join(bad))
+    stale = set(PRIVATE_IMPORTS_ALLOWED) - {(imp, name) for imp, name, _ in found}
+    assert not stale, f"allowed private imports no longer made (drop them from the list): {sorted(stale)}"
+    assert len(PRIVATE_IMPORTS_ALLOWED) <= 5, "a handful at most"
+
+
+def test_no_library_file_over_800_lines():
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "robocache").rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"library files over {MAX_LINES} lines (split them by job): {long}"
+
+
+def test_the_model_does_not_import_tools():
+    deps = _imports_of(ROOT / "robocache")
+    model = ("robocache.dataset", "robocache.stream", "robocache.build", "robocache.stats")
+    tools = ("robocache.doctor", "robocache.viz", "robocache.demo", "robocache.bench", "robocache.__main__")
+    bad = [(m, d) for m in model for d in deps.get(m, ()) if d.startswith(tools)]
+    assert not bad, f"the dataset model imports tools (tools import the model, not the other way): {bad}"
+
+
+def test_private_import_checker(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import _util\n")
+    (pkg / "_util.py").write_text("def helper(): pass\n_hidden = 1\n")
+    (pkg / "a.py").write_text("_own = 1\ndef f():\n    from .b import _secret, public\n    return _own\n")
+    (pkg / "b.py").write_text("_secret = public = 1\nfrom . import a as mod_a\nx = mod_a._own\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from .._util import helper\nfrom pkg._util import _hidden\n")
+    found = {(imp, name) for imp, name, _ in private_imports(pkg)}
+    assert found == {("pkg.a", "pkg.b._secret"), ("pkg.b", "pkg.a._own"), ("pkg.sub.c", "pkg._util._hidden")}, found

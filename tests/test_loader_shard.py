@@ -161,10 +161,10 @@ def test_shards_compute_statistics_only_for_normalized_windows(rng, monkeypatch)
     """Issue 31 item 2: a sharded loader over a CPU-loaded set spent 73-85 s per rank computing statistics
     over every image frame in its first subset, for nothing. Statistics are computed only for a stream a
     window normalizes, once, over the whole set; normalized batches are what they were."""
-    from robocache.dataset import Stream
+    from robocache import stream
     calls = []
-    compute = Stream._compute_stats
-    monkeypatch.setattr(Stream, "_compute_stats", lambda self: calls.append(self.name) or compute(self))
+    compute = stream.compute_stats
+    monkeypatch.setattr(stream, "compute_stats", lambda s: calls.append(s.name) or compute(s))
     ds = robocache.Dataset.from_episodes(make_episodes(rng, E=7), device="cpu")     # joints, camera, actions
     for r in range(2):
         ld = DataLoader(ds, 4, shuffle=True, windows={**WINDOWS, "cam": Window("camera", layout="BTCHW")}, rank=r, world_size=2,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .harness import (ITEMSIZE, TOLERANCE, Case, Contender, Env, OpBench, _robocache, _torch,
-                      _torch_dtype, rel_err, rotation_sets)
-from .resample import (ResampleConfig, ResampleData, _round_to_dtype, _window_targets,
+from .harness import (ITEMSIZE, TOLERANCE, Case, Contender, Env, OpBench, rel_err, robocache_package,
+                      rotation_sets, torch_dtype, torch_or_none)
+from .resample import (ResampleConfig, ResampleData, round_to_dtype, window_targets,
                        resample_brackets, resample_min_bytes, resample_reference,
                        torch_resample_dense)
 
@@ -65,12 +65,12 @@ def make_fuse_data(cfg: FuseConfig, rng) -> FuseData:
         dt = rng.uniform(0.8, 1.2, size=(cfg.B, S)) / rate
         dt[:, 0] = 0.0
         times = rng.uniform(0.0, 0.1, size=(cfg.B, 1)) + np.cumsum(dt, axis=1)
-        values = _round_to_dtype(rng.standard_normal((cfg.B, S, D), dtype=vdt), cfg.dtype)
+        values = round_to_dtype(rng.standard_normal((cfg.B, S, D), dtype=vdt), cfg.dtype)
         streams.append(ResampleData(values, times, None, []))
     first = np.max([s.times[:, 0] for s in streams], axis=0)
     last = np.min([s.times[:, -1] for s in streams], axis=0)
     rcfg = ResampleConfig(B=cfg.B, T=cfg.T, D=1, dtype=cfg.dtype, S=1, window_s=cfg.window_s)
-    new_times = _window_targets(rng, first, last, rcfg)
+    new_times = window_targets(rng, first, last, rcfg)
     for s in streams:
         s.queries.append((None, new_times))
     return FuseData(streams, new_times)
@@ -78,20 +78,20 @@ def make_fuse_data(cfg: FuseConfig, rng) -> FuseData:
 
 def torch_fuse(streams, new_times):
     """Plain PyTorch: the best per-stream linear resample (resample.torch_resample_dense), then cat."""
-    torch = _torch()
+    torch = torch_or_none()
     return torch.cat([torch_resample_dense(v, t, new_times) for v, t in streams], dim=-1)
 
 
 def separate_resamples(rc, streams, new_times):
     """What fuse replaces: one robocache.resample launch per stream, then torch.cat."""
-    torch = _torch()
+    torch = torch_or_none()
     return torch.cat([rc.resample(v, t, new_times) for v, t in streams], dim=-1)
 
 
 def _tensor_sets(data: FuseData, cfg: FuseConfig, device, n: int) -> list[tuple]:
     """n ([(values, times) per stream], new_times) copies as torch tensors on `device`."""
-    torch = _torch()
-    base = ([(torch.from_numpy(s.values).to(device).to(_torch_dtype(cfg.dtype)),
+    torch = torch_or_none()
+    base = ([(torch.from_numpy(s.values).to(device).to(torch_dtype(cfg.dtype)),
               torch.from_numpy(s.times).to(device)) for s in data.streams],
             torch.from_numpy(data.new_times).to(device))
     sets = [base]
@@ -102,11 +102,11 @@ def _tensor_sets(data: FuseData, cfg: FuseConfig, device, n: int) -> list[tuple]
 
 def _contenders(data, cfg, device, nsets, verify, tol, names) -> list[Contender]:
     """robocache fuse, separate resamples, plain torch on `device` (names: column names)."""
-    torch, rc = _torch(), _robocache()
+    torch, rc = torch_or_none(), robocache_package()
     sets = _tensor_sets(data, cfg, device, nsets)
     fused = [functools.partial(rc.fuse, s, x) for s, x in sets]
     F = sum(d for _, d in cfg.streams)
-    out_like = lambda: torch.full((cfg.B, cfg.T, F), float("nan"), dtype=_torch_dtype(cfg.dtype), device=device)
+    out_like = lambda: torch.full((cfg.B, cfg.T, F), float("nan"), dtype=torch_dtype(cfg.dtype), device=device)
     pick = lambda calls: (lambda i: calls[i % len(calls)]())
     res = [Contender(names["fuse"], device, pick(fused), verify, tol, nsets=len(fused),
                      poisoned=lambda: fused[0](out=out_like()), note="one launch")]

@@ -69,7 +69,7 @@ ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 # ----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _torch():
+def torch_or_none():
     """The torch module, or None when it is not installed."""
     try:
         import torch
@@ -78,13 +78,13 @@ def _torch():
     return torch
 
 
-def _robocache():
+def robocache_package():
     import robocache  # the package under test (already loaded: it is this package's parent)
     return robocache
 
 
-def _torch_dtype(name: str):
-    return getattr(_torch(), name)
+def torch_dtype(name: str):
+    return getattr(torch_or_none(), name)
 
 
 # ----------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def _stats(samples_us: list[float]) -> dict:
             "p90": float(np.percentile(a, 90)), "min": float(a.min()), "n": int(a.size)}
 
 
-def _fmt_us(v: float | None) -> str:
+def fmt_us(v: float | None) -> str:
     if v is None or not math.isfinite(v):
         return "-"
     if v < 10:
@@ -115,7 +115,7 @@ def _fmt_bytes(n: float) -> str:
     return ""
 
 
-def _clamp(x: float, lo: int, hi: int) -> int:
+def clamp(x: float, lo: int, hi: int) -> int:
     return int(max(lo, min(hi, x)))
 
 
@@ -179,7 +179,7 @@ def measure_copy_bandwidth_cuda(torch, nbytes: int) -> float:
 def measure_copy_bandwidth_host(nbytes: int) -> float:
     """Host memory copy bandwidth in bytes/s (read + write). torch's copy_ is
     multi-threaded like robocache's CPU kernels; NumPy's is single-threaded."""
-    torch = _torch()
+    torch = torch_or_none()
     n = nbytes // 8
     if torch is not None:
         src = torch.arange(n, dtype=torch.float64)
@@ -201,8 +201,8 @@ def measure_copy_bandwidth_host(nbytes: int) -> float:
 def detect_env(device: str, quick: bool, seed: int) -> Env:
     """Pick the device and measure what the timings are compared against.
     Raises RuntimeError with a user-facing message when `device` cannot be used."""
-    torch = _torch()
-    rc = _robocache()
+    torch = torch_or_none()
+    rc = robocache_package()
     build = rc.build_info() if hasattr(rc, "build_info") else {}
     has_gpu = torch is not None and torch.cuda.is_available()
     if device == "auto":
@@ -264,7 +264,7 @@ def time_host(call: Callable[[int], Any], nsets: int, budget_s: float,
     t = time.perf_counter()
     call(0)                                  # warm-up, and the estimate for the rep count
     first = time.perf_counter() - t
-    reps = _clamp(budget_s / max(first, 1e-9), min_reps, max_reps)
+    reps = clamp(budget_s / max(first, 1e-9), min_reps, max_reps)
     samples = []
     for i in range(reps):
         t = time.perf_counter()
@@ -409,7 +409,7 @@ class CudaTimer:
 
 def to_float64(x) -> np.ndarray:
     """Any output (torch on any device and dtype, NumPy) as a float64 NumPy array."""
-    torch = _torch()
+    torch = torch_or_none()
     if torch is not None and isinstance(x, torch.Tensor):
         return x.detach().to(device="cpu", dtype=torch.float64).numpy()
     return np.asarray(x, dtype=np.float64)
@@ -435,7 +435,7 @@ def _nsets(touched: int, per_set: int, cache: int, cap: int) -> int:
     within `cap` bytes of copies."""
     want = math.ceil(ROTATE_CACHE_MULTIPLE * cache / max(touched, 1))
     fit = 1 + cap // max(per_set, 1)
-    return _clamp(min(want, fit), 1, MAX_SETS)
+    return clamp(min(want, fit), 1, MAX_SETS)
 
 
 def rotation_sets(case, per_set: int, env) -> tuple[int, int]:
@@ -501,7 +501,7 @@ def _time_cuda(c: Contender, env: Env) -> dict:
     timer = env.timer
     dev_est, host_est = timer.estimate(c.call, c.nsets)
     r: dict = {}
-    reps = _clamp(0.3e6 / max(dev_est, 1.0), 50, 200)
+    reps = clamp(0.3e6 / max(dev_est, 1.0), 50, 200)
     r["host_us"], no_sync = timer.host(c.call, c.nsets, host_est)
     if not no_sync:
         # A call that waits for the GPU cannot be timed behind a sleep: plain events for
@@ -517,7 +517,7 @@ def _time_cuda(c: Contender, env: Env) -> dict:
     if not busy:
         r["timing_note"] = "GPU ran dry during timing: device times include host gaps"
     if r["time_us"]["median"] < SMALL_CONFIG_US:
-        breps = _clamp(0.3e6 / max(BATCH_CALLS * max(dev_est, host_us), 1.0), 10, 30)
+        breps = clamp(0.3e6 / max(BATCH_CALLS * max(dev_est, host_us), 1.0), 10, 30)
         r["batch100_us"] = timer.plain(c.call, c.nsets, breps, calls=BATCH_CALLS)
     return r
 
@@ -605,7 +605,7 @@ def _cell(res: dict, name: str) -> str:
         return "-"
     if r["status"] != "ok":
         return r["status"]
-    return _fmt_us(r["time_us"]["median"]) + ("*" if r.get("scaled_by") else "")
+    return fmt_us(r["time_us"]["median"]) + ("*" if r.get("scaled_by") else "")
 
 
 def summary_table(results: list[dict], env: Env) -> list[str]:
@@ -621,7 +621,7 @@ def summary_table(results: list[dict], env: Env) -> list[str]:
         xt, pf = res.get("x_vs_torch"), res.get("pct_of_floor")
         rows.append([res["op"], res["shape"], res["dtype"], _cell(res, "robocache"),
                      _cell(res, "torch")] + ([_cell(res, "cpu")] if gpu else []) +
-                    [_cell(res, "numpy"), _fmt_us(res["floor"]["us"]),
+                    [_cell(res, "numpy"), fmt_us(res["floor"]["us"]),
                      f"{xt:.2f}x" if xt else "-", f"{pf:.0f}%" if pf else "-"])
     return _markdown(cols, rows)
 
@@ -636,10 +636,10 @@ def detail_table(results: list[dict], gpu: bool) -> list[str]:
             note = "; ".join(x for x in (r.get("note"), r.get("error"), r.get("timing_note")) if x)
             rows.append([res["config"], f"{name} ({r['device']})", r["status"],
                          f"{r['rel_err']:.1e}",
-                         _fmt_us(t["median"]) if t else "-",
-                         f"{_fmt_us(t['p10'])}-{_fmt_us(t['p90'])}" if t else "-",
-                         _fmt_us(b["median"]) if b else "-",
-                         _fmt_us(h["median"]) if h else "-", note])
+                         fmt_us(t["median"]) if t else "-",
+                         f"{fmt_us(t['p10'])}-{fmt_us(t['p90'])}" if t else "-",
+                         fmt_us(b["median"]) if b else "-",
+                         fmt_us(h["median"]) if h else "-", note])
     if not gpu:
         keep = [i for i, c in enumerate(cols) if c not in ("x100 /call", "host")]
         cols, rows = [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
@@ -735,7 +735,7 @@ def run(ops: Mapping[str, OpBench], argv: list[str] | None = None) -> int:
     the tables, write --json. Returns 0, 1 when a contender failed its check, 2 on setup errors."""
     args = _parser(ops).parse_args(argv)
     names = list(dict.fromkeys(args.op or ops))   # in order, each once
-    if _torch() is None:
+    if torch_or_none() is None:
         _progress("note: PyTorch is not installed; running robocache CPU and the NumPy loop "
                   "only (pip install torch for the PyTorch and GPU contenders).")
     if args.smoke:

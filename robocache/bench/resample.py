@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .harness import (ITEMSIZE, MAX_SETS, TOLERANCE, Case, Contender, Env, OpBench, _clamp,
-                      _robocache, _torch, _torch_dtype, rel_err, rotation_sets)
+from .harness import (ITEMSIZE, MAX_SETS, TOLERANCE, Case, Contender, Env, OpBench, clamp, rel_err,
+                      robocache_package, rotation_sets, torch_dtype, torch_or_none)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def _sample_times(rng, rows: int, n: int, t0: np.ndarray) -> np.ndarray:
     return t0[:, None] + np.cumsum(dt, axis=1)
 
 
-def _window_targets(rng, t_first, t_last, cfg: ResampleConfig) -> np.ndarray:
+def window_targets(rng, t_first, t_last, cfg: ResampleConfig) -> np.ndarray:
     """[rows, T] sorted targets inside each row's span, like a data loader's windows."""
     span = t_last - t_first
     dur = np.minimum(span * cfg.window, cfg.window_s)
@@ -91,7 +91,7 @@ def _window_targets(rng, t_first, t_last, cfg: ResampleConfig) -> np.ndarray:
     return start[:, None] + np.linspace(0.0, 1.0, cfg.T)[None, :] * dur[:, None]
 
 
-def _round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     """float32 values made exactly representable in `dtype`, so that the float64
     reference sees exactly what the half-precision contenders see. In place."""
     if dtype == "bfloat16":   # round to nearest even on the top 16 bits
@@ -119,8 +119,8 @@ def make_resample_data(cfg: ResampleConfig, rng, nqueries: int = 1) -> ResampleD
     if not cfg.ragged:
         times = _sample_times(rng, cfg.B, cfg.S, rng.uniform(0.0, 10.0, size=cfg.B))
         values = rng.standard_normal((cfg.B, cfg.S, cfg.D), dtype=vdt)
-        new_times = _window_targets(rng, times[:, 0], times[:, -1], cfg)
-        return ResampleData(_round_to_dtype(values, cfg.dtype), times, None, [(None, new_times)])
+        new_times = window_targets(rng, times[:, 0], times[:, -1], cfg)
+        return ResampleData(round_to_dtype(values, cfg.dtype), times, None, [(None, new_times)])
     # Ragged: times restart at every episode (each starts within 0.1 s of zero).
     lengths = rng.integers(cfg.min_len, cfg.max_len + 1, size=cfg.episodes)
     offsets = np.zeros(cfg.episodes + 1, dtype=np.int64)
@@ -131,9 +131,9 @@ def make_resample_data(cfg: ResampleConfig, rng, nqueries: int = 1) -> ResampleD
     queries = []
     for _ in range(nqueries):
         index = rng.integers(0, cfg.episodes, size=cfg.B).astype(np.int64)
-        new_times = _window_targets(rng, times[offsets[index]], times[offsets[index + 1] - 1], cfg)
+        new_times = window_targets(rng, times[offsets[index]], times[offsets[index + 1] - 1], cfg)
         queries.append((index, new_times))
-    return ResampleData(_round_to_dtype(values, cfg.dtype), times, offsets, queries)
+    return ResampleData(round_to_dtype(values, cfg.dtype), times, offsets, queries)
 
 
 # --- reference and floor ----------------------------------------------------
@@ -199,7 +199,7 @@ def resample_min_bytes(cfg: ResampleConfig, data: ResampleData, r0, r1, w) -> di
 
 def _lerp_rows(v0, v1, w):
     """v0 + w * (v1 - v0) over the feature dim, in float32 for half types (as robocache)."""
-    torch = _torch()
+    torch = torch_or_none()
     if v0.dtype in (torch.float16, torch.bfloat16):
         return torch.lerp(v0.float(), v1.float(), w.float().unsqueeze(-1)).to(v0.dtype)
     return torch.lerp(v0, v1, w.to(v0.dtype).unsqueeze(-1))
@@ -209,7 +209,7 @@ def torch_resample_dense(values, times, new_times):
     """Linear resample of a padded batch, as a skilled PyTorch user writes it: one
     batched searchsorted, clamp, gather of the two neighbour rows, one lerp.
     values [B,S,D], times [B,S], new_times [B,T] -> [B,T,D]."""
-    torch = _torch()
+    torch = torch_or_none()
     S = times.shape[1]
     j = torch.searchsorted(times, new_times, right=True)   # first sample after x
     j0 = (j - 1).clamp_(min=0)        # last sample at or before x; 0 before the start
@@ -231,7 +231,7 @@ def torch_ragged_search_key(times, offsets):
     that is sorted across episodes: key = episode * shift + (t - t_first[episode]) with
     shift > the longest span. Relative times keep float64 precision (no epoch seconds
     added to a large shift). Returns (key [N], t_first [E], shift)."""
-    torch = _torch()
+    torch = torch_or_none()
     E = offsets.numel() - 1
     lengths = offsets[1:] - offsets[:-1]
     episode = torch.repeat_interleave(torch.arange(E, device=times.device), lengths)
@@ -247,7 +247,7 @@ def torch_resample_ragged(values, times, offsets, key, t_first, shift, index, ne
     """Ragged linear resample in plain PyTorch: one searchsorted over all N samples
     through the precomputed key, clamp into the episode, two row gathers, one lerp.
     values [N,D], times [N], offsets [E+1], index [B], new_times [B,T] -> [B,T,D]."""
-    torch = _torch()
+    torch = torch_or_none()
     lo = offsets[index].unsqueeze(1)                     # first sample of each row's episode
     hi = offsets[index + 1].unsqueeze(1) - 1             # its last sample
     q = (new_times - t_first[index].unsqueeze(1)) + (index.to(times.dtype) * shift).unsqueeze(1)
@@ -291,8 +291,8 @@ def _rc_partial(rc, values, times, new_times, offsets=None, index=None):
 
 def _dense_tensor_sets(data: ResampleData, cfg, device, n: int) -> list[tuple]:
     """n (values, times, new_times) copies as torch tensors on `device`."""
-    torch = _torch()
-    v = torch.from_numpy(data.values).to(device).to(_torch_dtype(cfg.dtype))
+    torch = torch_or_none()
+    v = torch.from_numpy(data.values).to(device).to(torch_dtype(cfg.dtype))
     t = torch.from_numpy(data.times).to(device)
     nt = torch.from_numpy(data.queries[0][1]).to(device)
     return [(v, t, nt)] + [(v.clone(), t.clone(), nt.clone()) for _ in range(n - 1)]
@@ -300,8 +300,8 @@ def _dense_tensor_sets(data: ResampleData, cfg, device, n: int) -> list[tuple]:
 
 def _ragged_tensor_sets(data: ResampleData, cfg, device) -> tuple[tuple, list[tuple]]:
     """((values, times, offsets), [(index, new_times) per query set]) on `device`."""
-    torch = _torch()
-    base = (torch.from_numpy(data.values).to(device).to(_torch_dtype(cfg.dtype)),
+    torch = torch_or_none()
+    base = (torch.from_numpy(data.values).to(device).to(torch_dtype(cfg.dtype)),
             torch.from_numpy(data.times).to(device), torch.from_numpy(data.offsets).to(device))
     queries = [(torch.from_numpy(i).to(device), torch.from_numpy(nt).to(device))
                for i, nt in data.queries]
@@ -318,8 +318,8 @@ def _robocache_contender(name, calls, verify, tol, device, out_like) -> Contende
 
 def _torch_sets(data, cfg, device, nsets):
     """Partials of the plain-PyTorch version and robocache on the same tensors."""
-    torch = _torch()
-    rc = _robocache()
+    torch = torch_or_none()
+    rc = robocache_package()
     torch_calls, rc_calls = [], []
     if not cfg.ragged:
         for v, t, nt in _dense_tensor_sets(data, cfg, device, nsets):
@@ -333,14 +333,14 @@ def _torch_sets(data, cfg, device, nsets):
                                                  t_first, shift, idx, nt))
             rc_calls.append(_rc_partial(rc, v, t, nt, off, idx))
     out_shape = (cfg.B, cfg.T, cfg.D)
-    out_like = lambda: torch.full(out_shape, float("nan"), dtype=_torch_dtype(cfg.dtype),
+    out_like = lambda: torch.full(out_shape, float("nan"), dtype=torch_dtype(cfg.dtype),
                                   device=device)
     return torch_calls, rc_calls, out_like
 
 
 def _numpy_sets(data, cfg, nsets):
     """robocache CPU on NumPy arrays (used when torch is absent; no bfloat16 in NumPy)."""
-    rc = _robocache()
+    rc = robocache_package()
     dt = {"float32": np.float32, "float64": np.float64, "float16": np.float16}[cfg.dtype]
     values = data.values.astype(dt, copy=False)
     if not cfg.ragged:
@@ -360,7 +360,7 @@ def _numpy_loop_contender(data, cfg, ref, tol, budget_s) -> Contender:
     t = time.perf_counter()
     numpy_interp_loop(data, 1, np.float32)
     per_row = time.perf_counter() - t
-    rows = _clamp(budget_s / 3 / max(per_row, 1e-9), 1, cfg.B)
+    rows = clamp(budget_s / 3 / max(per_row, 1e-9), 1, cfg.B)
     out_dtype = np.float64 if cfg.dtype == "float64" else np.float32
     note = "" if rows == cfg.B else f"{rows}/{cfg.B} rows timed, scaled"
     if cfg.dtype in ("bfloat16", "float16"):

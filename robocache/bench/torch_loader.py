@@ -36,7 +36,8 @@ from typing import Iterator, Mapping
 
 import numpy as np
 
-from ..dataset import Dataset, _torch
+from .._util import torch as _torch
+from ..dataset import Dataset
 from ..sampling import epoch_seed
 from ..windows import Window
 

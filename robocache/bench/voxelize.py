@@ -57,8 +57,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .harness import (TOLERANCE, Case, Contender, Env, OpBench, _fmt_us, _robocache, _torch,
-                      rotation_sets)
+from .harness import (TOLERANCE, Case, Contender, Env, OpBench, fmt_us, robocache_package, rotation_sets,
+                      torch_or_none)
 
 KITTI_SCAN = (Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
               / "pointclouds" / "kitti_000008.bin")
@@ -208,7 +208,7 @@ def sparse_reference(cfg: VoxelizeConfig, data: VoxelizeData) -> SparseRef:
 
 
 def _host_numpy(x) -> np.ndarray:
-    torch = _torch()
+    torch = torch_or_none()
     if torch is not None and isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
@@ -249,7 +249,7 @@ def dense_error(out, ref, exact: bool) -> float:
     """Exact: fraction of elements that differ (NaN differs from everything). Otherwise
     ||out - ref|| / ||ref|| in float64, in chunks; inf for NaN/inf. `ref` is on the
     device of `out` (torch) or a NumPy array (NumPy `out`)."""
-    torch = _torch()
+    torch = torch_or_none()
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     is_torch = torch is not None and isinstance(out, torch.Tensor)
@@ -295,7 +295,7 @@ class TorchVoxelizer:
     No step waits for the GPU."""
 
     def __init__(self, cfg: VoxelizeConfig, device):
-        torch = _torch()
+        torch = torch_or_none()
         self.torch, self.cfg = torch, cfg
         X, Y, Z = cfg.grid
         self.V = V = X * Y * Z
@@ -363,7 +363,7 @@ def voxelize_min_bytes(cfg: VoxelizeConfig) -> dict:
 def _input_sets(data: VoxelizeData, device, n: int) -> list[tuple]:
     """n (points, features) copies as torch tensors on `device` (KITTI: views of a copied
     [B,N,4] array, so the points stay strided as in the file's layout)."""
-    torch = _torch()
+    torch = torch_or_none()
     base = torch.from_numpy(data.base).to(device)
     feats = torch.from_numpy(data.features).to(device) if data.features is not None else None
     sets = []
@@ -385,7 +385,7 @@ def _numpy_sets(data: VoxelizeData, n: int) -> list[tuple]:
 
 
 def _rc_calls(cfg: VoxelizeConfig, sets, deterministic: bool) -> list:
-    rc = _robocache()
+    rc = robocache_package()
     kw = dict(grid=cfg.grid, voxel_size=cfg.voxel_size, origin=cfg.origin, mode=cfg.mode,
               deterministic=deterministic)
     return [functools.partial(rc.voxelize, p, features=f, **kw) for p, f in sets]
@@ -399,7 +399,7 @@ def _out_shape(cfg: VoxelizeConfig) -> tuple:
 def _poison_like(cfg: VoxelizeConfig, device):
     """An out= array of the output's shape and dtype holding a value robocache must
     overwrite: NaN (float modes), -1 (count)."""
-    torch = _torch()
+    torch = torch_or_none()
     fill = -1 if cfg.mode == "count" else float("nan")
     if device is None:      # NumPy
         return lambda: np.full(_out_shape(cfg), fill, dtype=OUT_DTYPE[cfg.mode])
@@ -539,7 +539,7 @@ def determinism_cost(res: dict) -> None:
     res["determinism"] = {"device": det["device"], "deterministic_us": d, "nondeterministic_us": n,
                           "det_over_nondet": d / n}
     nd["note"] = "; ".join(x for x in (nd.get("note"), f"determinism costs {d / n:.2f}x "
-                                       f"(deterministic {_fmt_us(d)} us)") if x)
+                                       f"(deterministic {fmt_us(d)} us)") if x)
 
 
 OP = OpBench(configs=voxelize_configs, build=build_voxelize_case, summarize=determinism_cost)

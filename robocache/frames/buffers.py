@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._util import cpu_count, require
+from .._util import cpu_count, current_gpu, require
 from ..video import FrameSpec
 from . import cache as _cache
 from .pinned import file_pages, pinned_empty, pinned_file
@@ -36,7 +36,7 @@ def resolve_device(torch, tier, device):
     if not torch.cuda.is_available():
         raise ValueError("tier='device' needs a CUDA device; torch sees none (use tier='host' or 'disk')")
     if dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+        dev = current_gpu()
     return dev
 
 

@@ -17,16 +17,12 @@ from __future__ import annotations
 import math
 import numpy as np
 
+from .._util import torch as _torch
 from ..video.layout import yuv420_bytes
 
 
 TIERS = ("device", "host", "disk", "cpu", "compressed")
 FORMATS = ("rgb", "yuv420", "jpeg")
-
-
-def _torch():
-    import torch
-    return torch
 
 
 class FrameStore:

@@ -55,7 +55,8 @@ class LeRobotMeta:
 # metadata
 
 
-def _load_json(path: Path):
+def load_json(path: Path):
+    """A metadata file (``meta/info.json``...) parsed, or ReaderError naming it."""
     try:
         with open(path, "rb") as f:
             return json.load(f)
@@ -65,7 +66,9 @@ def _load_json(path: Path):
         raise ReaderError(f"{path}: not valid JSON ({e})") from e
 
 
-def _load_jsonl(path: Path):
+def load_jsonl(path: Path):
+    """A JSON-lines metadata file (v2.x ``meta/episodes.jsonl``...) as a list of rows, or ReaderError naming
+    the file and line."""
     rows = []
     try:
         with open(path, "rb") as f:
@@ -79,7 +82,8 @@ def _load_jsonl(path: Path):
     return rows
 
 
-def _read_parquet(path: Path, columns=None):
+def read_parquet(path: Path, columns=None):
+    """A parquet file as a pyarrow Table (``columns``: all when None), or ReaderError naming it."""
     pq = require("pyarrow.parquet", "lerobot", "from_lerobot")
     if not path.is_file():
         raise ReaderError(f"{path}: parquet file not found")
@@ -135,12 +139,12 @@ def read_stats(root: Path) -> dict:
     of maxes; quantiles cannot be pooled and are left out). {} when neither file exists."""
     meta = root / "meta"
     if (meta / "stats.json").is_file():
-        raw = _load_json(meta / "stats.json")
+        raw = load_json(meta / "stats.json")
         return {k: {s: np.asarray(v[s], dtype=np.float64) for s in v if s in STATS_KEYS}
                 for k, v in raw.items() if isinstance(v, dict)}
     if (meta / "episodes_stats.jsonl").is_file():
         per = defaultdict(list)
-        for row in _load_jsonl(meta / "episodes_stats.jsonl"):
+        for row in load_jsonl(meta / "episodes_stats.jsonl"):
             for k, st in row.get("stats", {}).items():
                 per[k].append(st)
         out = {}
@@ -167,7 +171,7 @@ def read_modality(root) -> dict:
     path = Path(root) / "meta" / "modality.json"
     if not path.is_file():
         return {}
-    raw = _load_json(path)
+    raw = load_json(path)
     out = {}
     for group, default in (("state", "observation.state"), ("action", "action")):
         for sub, spec in (raw.get(group) or {}).items():
@@ -530,7 +534,7 @@ def _read_all(files, workers: int) -> dict:
     if not files:
         return {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(files)))) as pool:
-        return dict(zip(files, pool.map(_read_parquet, files)))
+        return dict(zip(files, pool.map(read_parquet, files)))
 
 
 def _open_info(path):
@@ -541,7 +545,7 @@ def _open_info(path):
     info_path = root / "meta" / "info.json"
     if not info_path.is_file():
         raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
-    info = _load_json(info_path)
+    info = load_json(info_path)
     return root, info_path, info, _version(info, info_path)
 
 
@@ -570,7 +574,7 @@ def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_si
     """{episode: {"length", "tasks", "data" (its parquet file), "row" (v3: the metadata row)}} from the
     episode metadata (v2.x episodes.jsonl, v3.0 meta/episodes parquet files)."""
     if major == 2:
-        ep_rows = _load_jsonl(root / "meta" / "episodes.jsonl")
+        ep_rows = load_jsonl(root / "meta" / "episodes.jsonl")
         table = {}
         for r in ep_rows:
             e = int(r["episode_index"])
@@ -582,7 +586,7 @@ def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_si
             raise ReaderError(f"{root / 'meta' / 'episodes'}: no episode metadata parquet files (LeRobot v3.0)")
         table = {}
         for f in ep_files:
-            t = _read_parquet(f).to_pydict()
+            t = read_parquet(f).to_pydict()
             for i, e in enumerate(t["episode_index"]):
                 row = {k: v[i] for k, v in t.items()}
                 table[int(e)] = {"length": int(row.get("length", -1)), "tasks": list(row.get("tasks") or []),
@@ -658,10 +662,10 @@ def _task_table(root: Path, major: int) -> dict[int, str]:
     """task_index -> task string (tasks.jsonl in v2, tasks.parquet in v3); {} when absent."""
     if major == 2:
         p = root / "meta" / "tasks.jsonl"
-        return {int(r["task_index"]): r["task"] for r in _load_jsonl(p)} if p.is_file() else {}
+        return {int(r["task_index"]): r["task"] for r in load_jsonl(p)} if p.is_file() else {}
     p = root / "meta" / "tasks.parquet"
     if not p.is_file():
         return {}
-    t = _read_parquet(p).to_pydict()
+    t = read_parquet(p).to_pydict()
     col = "task" if "task" in t else next((k for k in t if k != "task_index"), None)
     return {int(i): s for i, s in zip(t["task_index"], t[col])} if col else {}

@@ -535,8 +535,10 @@ def _align_columns(v, have, want, name, bag):
     return out
 
 
-def _warn_clocks(ep: Episodes) -> None:
-    """One warning per bag whose streams are on clocks too far apart to be aligned."""
+def note_clock_warnings(ep: Episodes) -> None:
+    """Adds to each bag's ``warnings`` (``ep.extra["bags"]``) what its clocks make of it: streams on clocks
+    too far apart to be aligned, stamps that go back or are 0. Warns nothing: the reader warns them
+    (``warn_clocks``), the doctor reports them."""
     for bag in ep.extra["bags"]:
         bases = {}
         for n, d in bag["streams"].items():
@@ -553,8 +555,14 @@ def _warn_clocks(ep: Episodes) -> None:
             for note in d["notes"]:
                 if "stamps go back" in note or "are 0" in note:
                     bag.setdefault("warnings", []).append(f"{n}: {note}")
+
+
+def warn_clocks(ep: Episodes) -> None:
+    """One warning per clock problem of each bag (``note_clock_warnings``), at the user's call."""
+    note_clock_warnings(ep)
+    for bag in ep.extra["bags"]:
         for w in bag.get("warnings", []):
-            warn(f"{bag['path']}: {w}")     # at the user's read_rosbag / from_rosbag / doctor call
+            warn(f"{bag['path']}: {w}")     # at the user's read_rosbag / from_rosbag call
 
 
 def read_rosbag(path, *, topics: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
@@ -608,8 +616,8 @@ def read_rosbag(path, *, topics: Sequence[str] | None = None, exclude: Sequence[
     source = os.fspath(path) if not isinstance(path, (list, tuple)) else ", ".join(map(os.fspath, path))
     ep = assemble(reads, rename=rename, modes=modes, joint_fill=joint_fill, split_gap=split_gap,
                   split_topic=split_topic, source=source)
-    _warn_clocks(ep)
+    warn_clocks(ep)
     return ep
 
 
-__all__ = ["Bag", "BagRead", "find_bags", "open_bag", "read_bag", "read_rosbag"]
+__all__ = ["Bag", "BagRead", "find_bags", "note_clock_warnings", "open_bag", "read_bag", "read_rosbag"]

@@ -23,20 +23,18 @@ each epoch's order in sampling.py; this file is iteration, prefetch, graphs and 
 from __future__ import annotations
 
 import reprlib
-import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from .batches import CudaBatches
 from .dataset import Dataset, _torch
+from .identity import IDENTITY, Identity, identity_keys
 from .sampling import Samples, distributed, episode_shard, loaded_shard
 from .user_warning import warn
 from .windows import Window, _plan, _run_plan
 
-__all__ = ["DataLoader", "Window"]
-
-#: what ``identity=True`` adds to every batch: who each sample is (LeRobot's batch keys)
-IDENTITY = ("episode_index", "frame_index", "timestamp", "index", "task_index", "task")
+__all__ = ["DataLoader", "Window", "IDENTITY"]
 
 
 class DataLoader:
@@ -172,7 +170,7 @@ class DataLoader:
         self.collate_fn = collate_fn
         self.windows = dict(windows)
         self._samples_args = (anchor, rate, identity)
-        self._graph, self._tables = None, None
+        self._cuda = None
         self._bind(dataset, shard, held)
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
@@ -182,11 +180,10 @@ class DataLoader:
         # load_state_dict), else the last created iterator's, which it moves (the next iter() then
         # starts the epoch after it)
         self._pos, self._fresh = _Position(0, [], 0, len(self)), True
-        # CUDA: full batches replay a captured graph (batch_graph.py); built at the second batch
-        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and not self._host_plans
-        self._side, self._warm = None, False
-        self._ahead = None             # the thread of host-staged batches (_stager)
-        self._graph_lock = threading.Lock()
+        if self.device.type == "cuda":
+            # full batches replay a captured graph (batch_graph.py), unless host work makes them
+            self._cuda = CudaBatches(self.device, self.batch_size, self._make, self._make_batch,
+                                     graphs=bool(cuda_graph) and not self._host_plans)
         if self.drop_last and 0 < self.num_samples < self.batch_size:
             # torch yields nothing here too, but a training loop that silently never steps is rarely meant
             warn(f"robocache.DataLoader: drop_last=True with batch_size={self.batch_size} and {self.num_samples} "
@@ -209,12 +206,12 @@ class DataLoader:
                               seed=self.seed, sampler=self.sampler, rank=self.rank, world_size=self.world_size,
                               shard=shard, held=held)
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
-        self._identity(identity)
+        self.identity = identity_keys(identity, self.windows)
+        self._ids = Identity(self.identity, dataset, self._table.host_table)
         # disk-tier frames are staged by the host per batch: host work a graph replay cannot repeat
         self._host_plans = any(p.host for p in self._plans)
-        # a graph captured over the dataset held before reads its tables; dropping it waits for its
-        # queued replays (BatchGraph.__del__)
-        self._graph, self._tables = None, None
+        if self._cuda is not None:
+            self._cuda.forget()
 
     def _hold(self, epoch: int, segments) -> None:
         """``shard_episodes``, an epoch resumed at another world size: hold the episodes of this rank's
@@ -233,58 +230,6 @@ class DataLoader:
         held = np.union1d(table.held, need)
         ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
         self._bind(ds if self._move_to is None else ds.to(self._move_to), table.shard, held)
-
-    def _identity(self, identity) -> None:
-        """The identity keys asked for, and their tables: ``[E]`` per episode / ``[N]`` per sample on the
-        device, the task text per sample on the host. With identity tensors the epoch tables hold sample
-        rows (not episodes): a batch gathers its episodes, frames and rows from them (_make_batch)."""
-        torch = _torch()
-        if identity is True:
-            keys = IDENTITY
-        elif identity is False or identity is None:
-            keys = ()
-        else:
-            keys = (identity,) if isinstance(identity, str) else tuple(identity)
-            unknown = [k for k in keys if k not in IDENTITY]
-            if unknown:
-                raise ValueError(f"identity: unknown keys {unknown}; choose from {list(IDENTITY)} (or True for all)")
-        clash = [k for k in keys if k in self.windows or any(k == w + suffix for w in self.windows
-                                                              for suffix in ("_is_pad", "_dim_mask"))]
-        if clash:
-            raise ValueError(f"identity: windows already have the keys {clash}; rename those windows")
-        self.identity = tuple(k for k in IDENTITY if k in keys)
-        self._id_tensors = tuple(k for k in self.identity if k != "task")
-        self._task_text = None
-        if not self.identity:
-            return
-        ds, dev = self.dataset, self.device
-        ep_h, t_h = self._table.host_table()       # host copies, once (construction may sync)
-        first = np.searchsorted(ep_h, np.arange(len(ds)), side="left")     # the table is grouped by episode
-        task = ds.frame_task_index(ep_h, t_h)      # per sample: a task may change within an episode
-        self._id = {"episode_index": torch.from_numpy(ds.episode_index).to(dev),
-                    "frame_index": torch.from_numpy(np.arange(ep_h.size) - first[ep_h]).to(dev),
-                    "task_index": torch.from_numpy(task).to(dev)}
-        text = np.array([*ds.tasks, ""], dtype=object)         # -1 (no task) -> ""
-        self._task_text = text[task] if "task" in self.identity else None
-
-    def _identity_batch(self, rows, ep, t, out: dict) -> None:
-        """The identity tensors of a batch: ``rows`` (sample rows), ``ep`` (episode positions), ``t``
-        (anchor times), ``[B]`` each; gathers from the construction's tables, copies of the views."""
-        ids = self._id
-        make = {"episode_index": lambda: ids["episode_index"].index_select(0, ep),
-                "frame_index": lambda: ids["frame_index"].index_select(0, rows),
-                "timestamp": lambda: t.clone(), "index": lambda: rows.clone(),
-                "task_index": lambda: ids["task_index"].index_select(0, rows)}
-        for k in self._id_tensors:
-            out[k] = make[k]()
-
-    def _attach_task(self, batch: dict, host_order, k: int) -> None:
-        """``batch["task"]``: the task text of batch k's samples from the epoch's host-side order (a
-        Python list is no tensor: attached after the batch is made, outside any graph, never read from
-        the GPU)."""
-        if self._task_text is not None and isinstance(batch, dict):
-            b = self.batch_size
-            batch["task"] = self._task_text[host_order[k * b:(k + 1) * b]].tolist()
 
     # --- samples -------------------------------------------------------------------------
 
@@ -407,7 +352,7 @@ class DataLoader:
     def _make_batch(self, ep, t, host=None) -> dict:
         out: dict = {}
         rows = None
-        if self._id_tensors:
+        if self._ids.tensors:
             # with identity the epoch tables hold sample rows; their episodes are one gather away
             rows, ep = ep, self._episode.index_select(0, ep)
         # every window's target times in one op; each plan reads its columns as a view
@@ -415,7 +360,7 @@ class DataLoader:
         for p, (a, b) in zip(self._plans, self._columns):
             _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
         if rows is not None:
-            self._identity_batch(rows, ep, t, out)
+            self._ids.add(rows, ep, t, out)
         return out
 
     def __iter__(self) -> Iterator[dict]:
@@ -430,26 +375,11 @@ class DataLoader:
             return self._iter_cuda(pos)
         return self._iter_cpu(pos)
 
-    def _epoch_tables(self, pos: "_Position", static: bool = False):
-        """Episode and anchor time of each sample in the order of ``pos``'s epoch (or the rest of it,
-        resumed at another world size); ``static``: written into the buffers a captured batch graph reads."""
+    def _epoch_tables(self, pos: "_Position"):
+        """Episode (with identity tensors: sample row) and anchor time of each sample in the order of
+        ``pos``'s epoch (or the rest of it, resumed at another world size)."""
         order = self._order(pos.epoch, pos.segments)
-        if not static:
-            return (order if self._id_tensors else self._episode[order]), self._time[order]
-        torch = _torch()
-        n = int(order.shape[0])
-        if self._tables is None or int(self._tables[0].shape[0]) != n:
-            # a sampler whose length changed: the graph reads the old tables; dropping it waits
-            # for its queued replays (BatchGraph.__del__)
-            self._graph = None
-            self._tables = (torch.empty(n, dtype=torch.int64, device=self.device),
-                            torch.empty(n, dtype=torch.float64, device=self.device))
-        if self._id_tensors:
-            self._tables[0].copy_(order)              # sample rows: _make_batch gathers their episodes
-        else:
-            torch.index_select(self._episode, 0, order, out=self._tables[0])
-        torch.index_select(self._time, 0, order, out=self._tables[1])
-        return self._tables
+        return (order if self._ids.tensors else self._episode[order]), self._time[order]
 
     def _hand_over(self, batch: dict, pos: "_Position"):
         if self.collate_fn is not None:
@@ -464,127 +394,23 @@ class DataLoader:
         host_order = self._table.host_order
         for k in range(pos.batch, pos.batches):
             batch = self._make(episodes, times, host_order, k)
-            self._attach_task(batch, host_order, k)
+            self._ids.attach_task(batch, host_order, k, self.batch_size)
             yield self._hand_over(batch, pos)
 
     def _iter_cuda(self, pos: "_Position"):
-        start, n = pos.batch, pos.batches
-        torch = _torch()
-        consumer = torch.cuda.current_stream(self.device)
-        if self._side is None:
-            # above the training step's priority: a batch is a few short kernels the step will
-            # wait for, and behind the step's long ones its cost in the GR00T-style step was 1.9%
-            # against 0.4% ahead of them (docs/perf-notes.md v10)
-            self._side = torch.cuda.Stream(self.device, priority=-1)
-            self._events = (torch.cuda.Event(), torch.cuda.Event())
-            for e in self._events:
-                e.record(self._side)    # torch creates the CUDA event at its first record
-            self._event_handles = tuple(e.cuda_event for e in self._events)
-        side = self._side
-        side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
-        # one iterator at a time replays the graph (it owns the static tables, the cursor, the
-        # slots); a second live iterator of the same loader makes its batches eagerly
-        graphed = self.cuda_graph and self._graph_lock.acquire(blocking=False)
-        try:
-            with torch.cuda.stream(side):
-                episodes, times = self._epoch_tables(pos, static=graphed)
-                host_order = self._table.host_order   # this iterator's, as in _iter_cpu
-                if graphed and self._graph is not None:
-                    self._graph.reset(start)
-            # batches of batch_size samples (of this part of the epoch: a resumed one's rest is shorter)
-            full = int(times.shape[0]) // self.batch_size
+        def tables():
+            episodes, times = self._epoch_tables(pos)
+            return episodes, times, self._table.host_order     # this iterator's, as in _iter_cpu
 
-            def prepare(k, wait=0):
-                """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event).
-                A replay also makes the consumer wait for the event handle `wait` (batch k-1's)."""
-                # two events in turn: batch k's is waited on after batch k+1's is recorded
-                ready = self._events[k % 2]
-                if graphed and k < full:
-                    # (cuda_graph turns False when a capture fails: not retried every batch)
-                    if self._graph is None and self._warm and self.cuda_graph:
-                        with torch.cuda.stream(side):
-                            self._capture(episodes, times, k)
-                    if self._graph is not None:
-                        slot = self._graph.replay(consumer, self._event_handles[k % 2], wait)
-                        if slot is not None:
-                            return slot, None, ready
-                # eager: the first batch (warm-up), the last short one, a batch when every graph
-                # slot is still held by the caller
-                with torch.cuda.stream(side):
-                    batch = self._make(episodes, times, host_order, k)
-                    if graphed and self._graph is not None:
-                        self._graph.reset(k + 1)            # replays go on after this batch
-                    ready.record(side)
-                self._warm = True
-                return None, batch, ready
+        def deliver(batch, k, host_order):
+            self._ids.attach_task(batch, host_order, k, self.batch_size)
+            return self._hand_over(batch, pos)
+        return self._cuda.epoch(tables, deliver, pos.batch, pos.batches, staged=self._host_plans)
 
-            # host-staged frames (disk, compressed): a batch's host work (page-ins, copies, nvJPEG's
-            # parsing) takes milliseconds, so it runs on a thread of the loader's, beside the training
-            # step, instead of on the training thread; batches stay in order, one ahead
-            ahead = self._stager() if self._host_plans else None
-            nxt = None if start >= n else prepare(start) if ahead is None else \
-                ahead.submit(self._on_device, prepare, start)
-            for k in range(start, n):
-                slot, batch, ready = nxt if ahead is None else nxt.result()
-                # batch k+1 is enqueued before the consumer's work on k; a replay queues the
-                # consumer's wait for batch k in the same C call (host time is the loader's cost
-                # in a host-bound step: docs/perf-notes.md v11)
-                if k + 1 >= n:
-                    nxt = None
-                elif ahead is not None:
-                    nxt = ahead.submit(self._on_device, prepare, k + 1)
-                else:
-                    nxt = prepare(k + 1, self._event_handles[k % 2])
-                if ahead is not None or nxt is None or nxt[0] is None:
-                    consumer.wait_event(ready)
-                if slot is not None:
-                    batch = self._graph.hand_out(slot)
-                else:
-                    for v in batch.values():
-                        # made on `side`, used on the consumer's stream: the allocator must not
-                        # hand the memory back to `side` before the consumer's work on it has run
-                        v.record_stream(consumer)
-                self._attach_task(batch, host_order, k)
-                yield self._hand_over(batch, pos)
-        finally:
-            if graphed:
-                if self._graph is not None:
-                    self._graph.pending.clear()     # a prefetched batch nobody will take
-                self._graph_lock.release()
-
-    def _stager(self):
-        """The loader's thread for host-staged batches (made once, kept with the loader)."""
-        if self._ahead is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="robocache-batch")
-        return self._ahead
-
-    def _on_device(self, fn, *args):
-        with _torch().cuda.device(self.device):
-            return fn(*args)
-
-    def _capture(self, episodes, times, k: int) -> None:
-        """Capture the batch graph's slots over the static tables (after one eager batch: every
-        kernel loaded, every lazy table built); on failure, warn once and stay eager."""
-        from . import batch_graph
-        try:
-            if not batch_graph.supported():
-                raise RuntimeError(f"torch {_torch().__version__} lacks the storage use count or the raw graph "
-                                   "handle (torch >= 2.9 has both)")
-            try:
-                self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
-            except _torch().cuda.OutOfMemoryError:
-                # the memory pools of dead graphs (earlier loaders') go back to the device only when
-                # the allocator empties its cache, which it cannot do inside a capture (measured: 61
-                # GB of them on an H100 after one loader per epoch for a minute); once, not per batch
-                _torch().cuda.empty_cache()
-                self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
-        except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
-            self.cuda_graph = False
-            warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); batches are made "
-                 "without it (cuda_graph=False silences this)", RuntimeWarning)
-            return
-        self._graph.reset(k)
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether full batches replay a captured CUDA graph (False after a failed capture)."""
+        return self._cuda is not None and self._cuda.graphs
 
     def __repr__(self) -> str:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"

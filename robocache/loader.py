@@ -30,6 +30,7 @@ import numpy as np
 from .batches import CudaBatches
 from .dataset import Dataset, _torch
 from .identity import IDENTITY, Identity, identity_keys
+from .resume import Position, resume_point
 from .sampling import Samples, distributed, episode_shard, loaded_shard
 from .user_warning import warn
 from .windows import Window, _plan, _run_plan
@@ -179,7 +180,7 @@ class DataLoader:
         # position: where the next iter() starts when `_fresh` (after construction, set_epoch or
         # load_state_dict), else the last created iterator's, which it moves (the next iter() then
         # starts the epoch after it)
-        self._pos, self._fresh = _Position(0, [], 0, len(self)), True
+        self._pos, self._fresh = Position(0, [], 0, len(self)), True
         if self.device.type == "cuda":
             # full batches replay a captured graph (batch_graph.py), unless host work makes them
             self._cuda = CudaBatches(self.device, self.batch_size, self._make, self._make_batch,
@@ -246,7 +247,7 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """The next ``iter()`` yields epoch ``epoch`` from its first batch."""
-        self._pos, self._fresh = _Position(int(epoch), [], 0, len(self)), True
+        self._pos, self._fresh = Position(int(epoch), [], 0, len(self)), True
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(int(epoch))
 
@@ -281,40 +282,13 @@ class DataLoader:
         what the saved loader would have yielded. At another (elastic resume, e.g. a state saved by
         rank 0 of 2 loaded by every rank of 3): the rest of the epoch is the samples no rank had
         yielded, split over this loader's ranks (docs/loader.md, "Resume at another world size")."""
-        if not isinstance(state, Mapping):
-            raise TypeError(f"load_state_dict: state must be a dict (a state_dict()), got {type(state).__name__}")
-        for k in ("epoch", "batch"):
-            if k not in state:
-                raise ValueError(f"load_state_dict: state has no {k!r}; give what state_dict() returned")
-        epoch, batch = _count(state, "epoch"), _count(state, "batch")
-        for k in ("seed", "shuffle", "drop_last"):
-            if k in state and state[k] != getattr(self, k):
-                raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has "
-                                 f"{getattr(self, k)!r}; resume would not reproduce the saved order")
-        world = _count(state, "world_size", self.world_size, least=1)
-        size = _count(state, "batch_size", self.batch_size, least=1)
-        segments = _segments(state)
-        same = world == self.world_size and size == self.batch_size
-        # the samples of an epoch over all ranks (a state from before total_samples: this rank's, where
-        # the sizes are the same)
-        for k, mine in (("total_samples", self._table.total), ("num_samples", self.num_samples)):
-            if k in state and state[k] != mine and (k == "total_samples" or same and "total_samples" not in state):
-                raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has {mine!r}; "
-                                 f"resume would not reproduce the saved order")
-        if not same or segments:
-            if self.sampler is not None:
-                raise ValueError(f"load_state_dict: saved at world_size {world}, batch_size {size}; this loader "
-                                 f"has {self.world_size}, {self.batch_size} and a sampler, which orders the "
-                                 f"samples itself: resume it at the saved sizes")
-        if not same:
-            # the saved job's part of the epoch is done: a new segment over the samples left
-            segments, batch = [*segments, (world, size, batch)], 0
+        epoch, segments, batch = resume_point(state, self, self._table.total)
         n, b = self._table.count(epoch, segments), self.batch_size
         batches = n // b if self.drop_last else -(-n // b)
         if batch > batches:
             raise ValueError(f"load_state_dict: batch {batch} out of range for {batches} batches")
         self._hold(epoch, segments)
-        self._pos, self._fresh = _Position(epoch, segments, batch, batches), True
+        self._pos, self._fresh = Position(epoch, segments, batch, batches), True
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
@@ -369,25 +343,25 @@ class DataLoader:
         # each iterator counts its own batches; state_dict reads the last created one's
         p = self._pos
         # (a whole epoch's batches counted now: a sampler's length may change between epochs)
-        self._pos = pos = _Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
+        self._pos = pos = Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
         self._fresh = False
         if self.device.type == "cuda":
             return self._iter_cuda(pos)
         return self._iter_cpu(pos)
 
-    def _epoch_tables(self, pos: "_Position"):
+    def _epoch_tables(self, pos: "Position"):
         """Episode (with identity tensors: sample row) and anchor time of each sample in the order of
         ``pos``'s epoch (or the rest of it, resumed at another world size)."""
         order = self._order(pos.epoch, pos.segments)
         return (order if self._ids.tensors else self._episode[order]), self._time[order]
 
-    def _hand_over(self, batch: dict, pos: "_Position"):
+    def _hand_over(self, batch: dict, pos: "Position"):
         if self.collate_fn is not None:
             batch = self.collate_fn(batch)
         pos.batch += 1
         return batch
 
-    def _iter_cpu(self, pos: "_Position"):
+    def _iter_cpu(self, pos: "Position"):
         episodes, times = self._epoch_tables(pos)
         # this iterator's order on the host (frame ids, task text), kept here: another iterator or
         # loader.order(e) replaces the table's
@@ -397,7 +371,7 @@ class DataLoader:
             self._ids.attach_task(batch, host_order, k, self.batch_size)
             yield self._hand_over(batch, pos)
 
-    def _iter_cuda(self, pos: "_Position"):
+    def _iter_cuda(self, pos: "Position"):
         def tables():
             episodes, times = self._epoch_tables(pos)
             return episodes, times, self._table.host_order     # this iterator's, as in _iter_cpu
@@ -416,40 +390,3 @@ class DataLoader:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"
         return (f"DataLoader({self.num_samples} samples, batch_size={self.batch_size}, {len(self)} batches, "
                 f"shuffle={self.shuffle}, {where}, keys={list(self.windows)}, device {self.device})")
-
-
-class _Position:
-    """Where an iterator is (or the next one starts): ``epoch``; ``segments``, the earlier parts of the
-    epoch run at other world or batch sizes (``(world_size, batch_size, batches)``, elastic resume);
-    ``batch``, the batches handed over; ``batches``, how many this part of the epoch has."""
-
-    __slots__ = ("epoch", "segments", "batch", "batches")
-
-    def __init__(self, epoch: int, segments, batch: int, batches: int):
-        self.epoch, self.segments, self.batch, self.batches = epoch, [tuple(x) for x in segments], batch, batches
-
-
-def _count(state: Mapping, key: str, default=None, least: int = 0) -> int:
-    """``state[key]`` as an int >= ``least`` (an int or a NumPy integer, never a bool, float or str)."""
-    v = state.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
-        raise ValueError(f"load_state_dict: {key} must be an int >= {least}, got {v!r}")
-    return int(v)
-
-
-def _segments(state: Mapping) -> list:
-    """``state["segments"]``: a list of ``[world_size, batch_size, batches]`` ints (world and batch
-    size >= 1)."""
-    raw = state.get("segments", [])
-    if not isinstance(raw, (list, tuple)):
-        raise ValueError(f"load_state_dict: segments must be a list of [world_size, batch_size, batches], "
-                         f"got {raw!r}")
-    out = []
-    for x in raw:
-        if not isinstance(x, (list, tuple)) or len(x) != 3:
-            raise ValueError(f"load_state_dict: segments must be a list of [world_size, batch_size, batches], "
-                             f"got {raw!r}")
-        w, b, k = x
-        out.append((_count({"segments": w}, "segments", least=1), _count({"segments": b}, "segments", least=1),
-                    _count({"segments": k}, "segments")))
-    return out

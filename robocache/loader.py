@@ -33,7 +33,8 @@ from .identity import IDENTITY, Identity, identity_keys
 from .resume import Position, resume_point
 from .sampling import Samples, distributed, episode_shard, loaded_shard
 from .user_warning import warn
-from .windows import Window, _plan, _run_plan
+from .plans import plan
+from .windows import Window
 
 __all__ = ["DataLoader", "Window", "IDENTITY"]
 
@@ -198,7 +199,7 @@ class DataLoader:
         anchor, rate, identity = self._samples_args
         self.dataset = dataset
         self.device = dataset.device
-        self._plans = [_plan(str(k), w, dataset) for k, w in self.windows.items()]
+        self._plans = [plan(str(k), w, dataset) for k, w in self.windows.items()]
         self._offsets = torch.cat([p.offsets for p in self._plans])
         ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
         self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
@@ -209,8 +210,8 @@ class DataLoader:
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
         self.identity = identity_keys(identity, self.windows)
         self._ids = Identity(self.identity, dataset, self._table.host_table)
-        # disk-tier frames are staged by the host per batch: host work a graph replay cannot repeat
-        self._host_plans = any(p.host for p in self._plans)
+        # windows that do host work per batch (frames staged by the host): a graph replay cannot repeat it
+        self._host_plans = any(p.host_work for p in self._plans)
         if self._cuda is not None:
             self._cuda.forget()
 
@@ -315,13 +316,8 @@ class DataLoader:
     def _make(self, episodes, times, host_order, k: int) -> dict:
         """Batch k of an epoch: ``episodes``/``times`` its device tables, ``host_order`` the same order on the
         host, the iterator's own (host-staged frames pick their ids from it, so they are the samples' frames)."""
-        a = k * self.batch_size
-        host = None
-        if self._host_plans:
-            ep_h, t_h = self._table.host_table()
-            rows = host_order[a:a + self.batch_size]
-            host = (ep_h[rows], t_h[rows])
-        return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size], host)
+        a, b = k * self.batch_size, (k + 1) * self.batch_size
+        return self._make_batch(episodes[a:b], times[a:b], lambda: self._table.host_samples(host_order[a:b]))
 
     def _make_batch(self, ep, t, host=None) -> dict:
         out: dict = {}
@@ -332,7 +328,7 @@ class DataLoader:
         # every window's target times in one op; each plan reads its columns as a view
         targets = t[:, None] + self._offsets[None, :]
         for p, (a, b) in zip(self._plans, self._columns):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
+            p.run(self.dataset, ep, targets[:, a:b], out, host)
         if rows is not None:
             self._ids.add(rows, ep, t, out)
         return out

@@ -183,10 +183,16 @@ class Samples:
         self._host_table = None
 
     def host_table(self):
-        """``(episode, time)`` of every sample as host numpy (copied once, for the disk tier)."""
+        """``(episode, time)`` of every sample as host numpy (copied once)."""
         if self._host_table is None:
             self._host_table = (self.episode.cpu().numpy(), self.time.cpu().numpy())
         return self._host_table
+
+    def host_samples(self, rows):
+        """``(episode, time)`` of the samples ``rows`` (host indices) as host numpy: what a window that
+        stages on the host reads instead of the device's tables."""
+        ep, t = self.host_table()
+        return ep[rows], t[rows]
 
     @staticmethod
     def _table(ds: Dataset, names, anchor, rate):

@@ -37,20 +37,20 @@ def build(ds, **windows):
 @pytest.mark.parametrize("dtype", [torch.int32, "int64", torch.uint8, torch.bool])
 def test_normalize_to_an_integer_dtype_raises(ds, norm, dtype):
     """The scaled values are floats in [-1, 1]: cast to int32 they were all 0 (and +-1), silently."""
-    with pytest.raises(ValueError, match=rf"windows\['j'\]: dtype torch\.\w+ with normalize='{norm}'.*floating"):
+    with pytest.raises(ValueError, match=rf"Window\('joints'\): dtype torch\.\w+ with normalize='{norm}'.*floating"):
         build(ds, j=Window("joints", normalize=norm, dtype=dtype))
     b = next(iter(build(ds, j=Window("joints", normalize=norm, dtype=torch.bfloat16))))   # a float dtype is fine
     assert b["j"].dtype == torch.bfloat16
 
 
 def test_btchw_images_to_an_integer_dtype_raise(ds):
-    with pytest.raises(ValueError, match=r"windows\['c'\]: dtype torch\.uint8 with layout='BTCHW'"):
+    with pytest.raises(ValueError, match=r"Window\('cam'\): dtype torch\.uint8 with layout='BTCHW'"):
         build(ds, c=Window("cam", layout="BTCHW", dtype=torch.uint8))
     assert next(iter(build(ds, c=Window("cam", dtype=torch.uint8))))["c"].dtype == torch.uint8   # BTHWC: stored
 
 
 def test_indices_are_whole_steps(ds):
-    with pytest.raises(ValueError, match=r"windows\['j'\]: indices are whole steps.*got 0\.5 in \[0, 0\.5\].*offsets="):
+    with pytest.raises(ValueError, match=r"Window\('joints'\): indices are whole steps.*got 0\.5 in \[0, 0\.5\].*offsets="):
         build(ds, j=Window("joints", indices=[0, 0.5]))
     for ok in (range(3), [0, 1, 2], np.arange(3), np.array([0.0, 1.0, 2.0]), torch.arange(3)):
         loader = build(ds, j=Window("joints", indices=ok, rate=50))
@@ -67,7 +67,7 @@ def test_indices_are_whole_steps(ds):
     ("indices", [[0, 1]], ValueError, r"indices must be a non-empty list"),
 ])
 def test_offsets_and_indices_must_be_lists(ds, arg, value, error, match):
-    with pytest.raises(error, match=r"windows\['j'\]: .*" + match):
+    with pytest.raises(error, match=r"Window\('joints'\): .*" + match):
         build(ds, j=Window("joints", **{arg: value}))
 
 
@@ -79,7 +79,7 @@ def test_offsets_and_indices_must_be_lists(ds, arg, value, error, match):
     ((0, 8), ValueError, r"resize must be \(H, W\) > 0, got \(0, 8\)"),
 ])
 def test_resize_is_two_positive_ints(ds, resize, error, match):
-    with pytest.raises(error, match=r"windows\['c'\]: .*" + match):
+    with pytest.raises(error, match=r"Window\('cam'\): .*" + match):
         build(ds, c=Window("cam", resize=resize))
 
 

@@ -21,6 +21,14 @@ from .dataset import _torch
 from .user_warning import warn
 
 
+def cpu_epoch(tables: Callable, deliver: Callable, make: Callable, start: int, n: int) -> Iterator:
+    """Batches ``start`` to ``n - 1`` of an epoch on the CPU, each made when asked for (``make``,
+    ``tables`` and ``deliver`` as for :meth:`CudaBatches.epoch`)."""
+    episodes, times, host_order = tables()
+    for k in range(start, n):
+        yield deliver(make(episodes, times, host_order, k), k, host_order)
+
+
 class CudaBatches:
     """One loader's CUDA state, kept across its epochs: the side stream and its two events, the
     batch graph and the static tables it reads, the staging thread.

@@ -27,13 +27,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .batches import CudaBatches
+from .batches import CudaBatches, cpu_epoch
 from .dataset import Dataset, _torch
 from .identity import IDENTITY, Identity, identity_keys
-from .resume import Position, resume_point
-from .sampling import Samples, distributed, episode_shard, loaded_shard
+from .resume import Position, resume_point, saved_state
+from .sampling import Samples, distributed, episode_counts
+from .shard import episode_shard, held_for_rest, loaded_shard
 from .user_warning import warn
-from .plans import plan
+from .plans import BatchPlan
 from .windows import Window
 
 __all__ = ["DataLoader", "Window", "IDENTITY"]
@@ -147,19 +148,11 @@ class DataLoader:
         self.shard_episodes = bool(shard_episodes)
         if sampler is not None and self.shard_episodes:
             raise ValueError("shard_episodes and sampler are mutually exclusive")
-        shard = held = None           # shard_episodes: the whole set's split, this rank's episodes in it
-        names = list(dict.fromkeys(n for w in windows.values()
-                                   for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
         # the whole set, when this loader shards it: a resume at another world size may need episodes
         # of other ranks' shards for the rest of its epoch (load_state_dict)
-        self._whole, self._move_to = None, device
-        if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
-            shard, held = loaded_shard(dataset, names, anchor, rate, self.rank, self.world_size,
-                                       self.shard_episodes)
-        elif self.shard_episodes:
-            # at one rank too: a state saved at several ranks replays their shards (elastic resume)
-            self._whole = dataset
-            dataset, shard, held = episode_shard(dataset, names, anchor, rate, self.rank, self.world_size)
+        dataset, shard, held, self._whole = _rank_share(dataset, windows, anchor, rate, self.rank, self.world_size,
+                                                        self.shard_episodes)
+        self._move_to = device
         if device is not None:
             dataset = dataset.to(device)
         if generator is not None:
@@ -195,43 +188,27 @@ class DataLoader:
     def _bind(self, dataset: Dataset, shard=None, held=None) -> None:
         """Hold ``dataset`` (with ``shard_episodes``: the episodes ``held`` of the whole set's ``shard``):
         the windows' plans over it, the sample table, the identity tables."""
-        torch = _torch()
         anchor, rate, identity = self._samples_args
         self.dataset = dataset
         self.device = dataset.device
-        self._plans = [plan(str(k), w, dataset) for k, w in self.windows.items()]
-        self._offsets = torch.cat([p.offsets for p in self._plans])
-        ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
-        self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
-        names = list(dict.fromkeys(n for p in self._plans for n in p.names))
-        self._table = Samples(dataset, names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
+        self._windows = BatchPlan(self.windows, dataset)
+        self._table = Samples(dataset, self._windows.names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
                               seed=self.seed, sampler=self.sampler, rank=self.rank, world_size=self.world_size,
                               shard=shard, held=held)
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
         self.identity = identity_keys(identity, self.windows)
         self._ids = Identity(self.identity, dataset, self._table.host_table)
-        # windows that do host work per batch (frames staged by the host): a graph replay cannot repeat it
-        self._host_plans = any(p.host_work for p in self._plans)
+        self._host_plans = self._windows.host_work
         if self._cuda is not None:
             self._cuda.forget()
 
     def _hold(self, epoch: int, segments) -> None:
         """``shard_episodes``, an epoch resumed at another world size: hold the episodes of this rank's
         run of the samples left as well as its shard's (a copy of the whole set's, as at construction)."""
-        table = self._table
-        if table.shard is None or not segments:
-            return
-        need = table.needs(epoch, segments)
-        if np.isin(need, table.held).all():
-            return
-        if self._whole is None:
-            raise ValueError("load_state_dict: the rest of this epoch, saved at another world or batch size, "
-                             "needs episodes this rank's dataset does not hold (it was loaded as one rank's "
-                             "episodes, from_lerobot's shard_episodes): resume at the saved world and batch "
-                             "size, or load the whole set and pass shard_episodes=True to the DataLoader")
-        held = np.union1d(table.held, need)
-        ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
-        self._bind(ds if self._move_to is None else ds.to(self._move_to), table.shard, held)
+        held = held_for_rest(self._table, self._whole, epoch, segments)
+        if held is not None:
+            ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
+            self._bind(ds if self._move_to is None else ds.to(self._move_to), self._table.shard, held)
 
     # --- samples -------------------------------------------------------------------------
 
@@ -266,15 +243,7 @@ class DataLoader:
         size), ``total_samples`` (an epoch over all ranks) and the settings the order depends on.
         Every rank's copy is the same but for ``rank``: any one restores the whole job
         (``load_state_dict``)."""
-        p = self._pos
-        e, k, segments = p.epoch, p.batch, p.segments
-        if not self._fresh and k >= p.batches:
-            e, k, segments = e + 1, 0, []
-        now = [*segments, [self.world_size, self.batch_size, k]]
-        return {"epoch": e, "batch": k, "samples": self._table.consumed(e, now),
-                "segments": [list(x) for x in segments], "seed": self.seed, "num_samples": self.num_samples,
-                "total_samples": self._table.total, "batch_size": self.batch_size, "shuffle": self.shuffle,
-                "drop_last": self.drop_last, "rank": self.rank, "world_size": self.world_size}
+        return saved_state(self, self._pos, self._fresh, self._table)
 
     def load_state_dict(self, state: Mapping) -> None:
         """Resume: the next ``iter()`` yields the rest of the saved epoch, then the next epochs.
@@ -305,11 +274,8 @@ class DataLoader:
         The current epoch resumed at another world or batch size: the indices of its rest."""
         p = self._pos
         if epoch is None or int(epoch) == p.epoch:
-            return self._order(p.epoch, p.segments)
-        return self._order(int(epoch))
-
-    def _order(self, epoch: int, segments=()):
-        return self._table.order(epoch, segments)
+            return self._table.order(p.epoch, p.segments)
+        return self._table.order(int(epoch))
 
     # --- iteration -----------------------------------------------------------------------
 
@@ -325,10 +291,7 @@ class DataLoader:
         if self._ids.tensors:
             # with identity the epoch tables hold sample rows; their episodes are one gather away
             rows, ep = ep, self._episode.index_select(0, ep)
-        # every window's target times in one op; each plan reads its columns as a view
-        targets = t[:, None] + self._offsets[None, :]
-        for p, (a, b) in zip(self._plans, self._columns):
-            p.run(self.dataset, ep, targets[:, a:b], out, host)
+        self._windows.run(self.dataset, ep, t, out, host)
         if rows is not None:
             self._ids.add(rows, ep, t, out)
         return out
@@ -341,14 +304,24 @@ class DataLoader:
         # (a whole epoch's batches counted now: a sampler's length may change between epochs)
         self._pos = pos = Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
         self._fresh = False
-        if self.device.type == "cuda":
-            return self._iter_cuda(pos)
-        return self._iter_cpu(pos)
+
+        def tables():
+            episodes, times = self._epoch_tables(pos)
+            # this iterator's order on the host (frame ids, task text), kept here: another iterator or
+            # loader.order(e) replaces the table's
+            return episodes, times, self._table.host_order
+
+        def deliver(batch: dict, k: int, host_order):
+            self._ids.attach_task(batch, host_order, k, self.batch_size)
+            return self._hand_over(batch, pos)
+        if self._cuda is not None:
+            return self._cuda.epoch(tables, deliver, pos.batch, pos.batches, staged=self._host_plans)
+        return cpu_epoch(tables, deliver, self._make, pos.batch, pos.batches)
 
     def _epoch_tables(self, pos: "Position"):
         """Episode (with identity tensors: sample row) and anchor time of each sample in the order of
         ``pos``'s epoch (or the rest of it, resumed at another world size)."""
-        order = self._order(pos.epoch, pos.segments)
+        order = self._table.order(pos.epoch, pos.segments)
         return (order if self._ids.tensors else self._episode[order]), self._time[order]
 
     def _hand_over(self, batch: dict, pos: "Position"):
@@ -356,26 +329,6 @@ class DataLoader:
             batch = self.collate_fn(batch)
         pos.batch += 1
         return batch
-
-    def _iter_cpu(self, pos: "Position"):
-        episodes, times = self._epoch_tables(pos)
-        # this iterator's order on the host (frame ids, task text), kept here: another iterator or
-        # loader.order(e) replaces the table's
-        host_order = self._table.host_order
-        for k in range(pos.batch, pos.batches):
-            batch = self._make(episodes, times, host_order, k)
-            self._ids.attach_task(batch, host_order, k, self.batch_size)
-            yield self._hand_over(batch, pos)
-
-    def _iter_cuda(self, pos: "Position"):
-        def tables():
-            episodes, times = self._epoch_tables(pos)
-            return episodes, times, self._table.host_order     # this iterator's, as in _iter_cpu
-
-        def deliver(batch, k, host_order):
-            self._ids.attach_task(batch, host_order, k, self.batch_size)
-            return self._hand_over(batch, pos)
-        return self._cuda.epoch(tables, deliver, pos.batch, pos.batches, staged=self._host_plans)
 
     @property
     def cuda_graph(self) -> bool:
@@ -386,3 +339,18 @@ class DataLoader:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"
         return (f"DataLoader({self.num_samples} samples, batch_size={self.batch_size}, {len(self)} batches, "
                 f"shuffle={self.shuffle}, {where}, keys={list(self.windows)}, device {self.device})")
+
+
+def _rank_share(dataset: Dataset, windows: Mapping, anchor, rate, rank: int, world: int, shard_episodes: bool):
+    """``(dataset, shard, held, whole)``: the dataset this rank holds; with ``shard_episodes`` the whole set's
+    split (shard.Shard), this rank's episodes in it, and the whole set when this loader cut it (an elastic
+    resume may need other ranks' episodes)."""
+    if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
+        return (dataset, *loaded_shard(dataset, anchor, rate, rank, world, shard_episodes), None)
+    if not shard_episodes:
+        return dataset, None, None, None
+    # at one rank too: a state saved at several ranks replays their shards (elastic resume)
+    names = list(dict.fromkeys(n for w in windows.values()
+                               for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
+    ds, shard, held = episode_shard(dataset, episode_counts(dataset, anchor, rate, names), rank, world)
+    return ds, shard, held, dataset

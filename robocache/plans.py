@@ -242,6 +242,27 @@ class CloudPlan(Plan):
         return grids.reshape((B, T) + tuple(grids.shape[1:])), pad
 
 
+class BatchPlan:
+    """Every window of a batch over one dataset: their plans, and their target offsets side by side
+    (one op makes every window's target times; each plan reads its columns as a view)."""
+
+    def __init__(self, windows: Mapping, ds: Dataset) -> None:
+        torch = _torch()
+        self.plans = [plan(str(k), w, ds) for k, w in windows.items()]
+        self.offsets = torch.cat([p.offsets for p in self.plans])
+        ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self.plans])
+        self.columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
+        self.names = list(dict.fromkeys(n for p in self.plans for n in p.names))
+        #: some window does host work per batch (frames staged by the host): a graph replay cannot repeat it
+        self.host_work = any(p.host_work for p in self.plans)
+
+    def run(self, ds: Dataset, episodes, times, out: dict, host: HostSamples | None = None) -> None:
+        """Every window's keys of the batch of samples ``(episodes [B], anchor times [B])`` into ``out``."""
+        targets = times[:, None] + self.offsets[None, :]
+        for p, (a, b) in zip(self.plans, self.columns):
+            p.run(ds, episodes, targets[:, a:b], out, host)
+
+
 def plan(key: str, w: Window | str, ds: Dataset) -> Plan:
     """``w`` (a Window or a stream name) resolved against ``ds``: the plan of its kind of stream."""
     if isinstance(w, str):

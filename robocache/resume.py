@@ -48,6 +48,20 @@ def _segments(state: Mapping) -> list:
     return out
 
 
+def saved_state(loader, pos: Position, fresh: bool, table) -> dict:
+    """``loader.state_dict()``: ``pos`` is where the next iterator starts when ``fresh``, else the last
+    created one's (a finished epoch: batch 0 of the next); ``table`` (sampling.Samples) counts the
+    samples of the epoch all ranks have yielded."""
+    e, k, segments = pos.epoch, pos.batch, pos.segments
+    if not fresh and k >= pos.batches:
+        e, k, segments = e + 1, 0, []
+    now = [*segments, [loader.world_size, loader.batch_size, k]]
+    return {"epoch": e, "batch": k, "samples": table.consumed(e, now),
+            "segments": [list(x) for x in segments], "seed": loader.seed, "num_samples": loader.num_samples,
+            "total_samples": table.total, "batch_size": loader.batch_size, "shuffle": loader.shuffle,
+            "drop_last": loader.drop_last, "rank": loader.rank, "world_size": loader.world_size}
+
+
 def resume_point(state: Mapping, loader, total: int) -> tuple[int, list, int]:
     """``(epoch, segments, batch)`` of a ``state_dict()`` for ``loader`` (whose epoch has ``total``
     samples over all ranks): the saved part of the epoch closed as a segment when the world or batch

@@ -153,7 +153,7 @@ class _Epoch:
         """``(k, batch)`` for k in ``start..n-1``, batch k+1 enqueued before batch k is handed
         over (made on ``stager``, one ahead, when it is not None)."""
         owner, consumer = self.owner, self.consumer
-        nxt = None if start >= n else self._next(start, stager, 0)
+        nxt: Any = None if start >= n else self._next(start, stager, 0)
         for k in range(start, n):
             slot, batch, ready = nxt if stager is None else nxt.result()
             # batch k+1 is enqueued before the consumer's work on k; a replay queues the

@@ -180,10 +180,7 @@ class DataLoader:
             self._cuda = CudaBatches(self.device, self.batch_size, self._make, self._make_batch,
                                      graphs=bool(cuda_graph) and not self._host_plans)
         if self.drop_last and 0 < self.num_samples < self.batch_size:
-            # torch yields nothing here too, but a training loop that silently never steps is rarely meant
-            warn(f"robocache.DataLoader: drop_last=True with batch_size={self.batch_size} and {self.num_samples} "
-                 f"samples per epoch{' on this rank' if self.world_size > 1 else ''}: every epoch has 0 batches; "
-                 f"use a batch_size <= {self.num_samples} or drop_last=False")
+            _warn_no_batches(self)
 
     def _bind(self, dataset: Dataset, shard=None, held=None) -> None:
         """Hold ``dataset`` (with ``shard_episodes``: the episodes ``held`` of the whole set's ``shard``):
@@ -354,3 +351,10 @@ def _rank_share(dataset: Dataset, windows: Mapping, anchor, rate, rank: int, wor
                                for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
     ds, shard, held = episode_shard(dataset, episode_counts(dataset, anchor, rate, names), rank, world)
     return ds, shard, held, dataset
+
+
+def _warn_no_batches(loader: DataLoader) -> None:
+    # torch yields nothing here too, but a training loop that silently never steps is rarely meant
+    warn(f"robocache.DataLoader: drop_last=True with batch_size={loader.batch_size} and {loader.num_samples} "
+         f"samples per epoch{' on this rank' if loader.world_size > 1 else ''}: every epoch has 0 batches; "
+         f"use a batch_size <= {loader.num_samples} or drop_last=False")

@@ -19,7 +19,7 @@ Python loop over samples.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -59,7 +59,9 @@ class StreamPlan(Plan):
 
     def __init__(self, key: str, w: Window, streams: list, modes: list[str], offs: np.ndarray, device) -> None:
         super().__init__(key, w, streams, modes, offs, device)
-        self.center = self.scale = self.dim_mask = None
+        self.center: Any = None          # [F] float32 (or the stream's shape), normalization
+        self.scale: Any = None
+        self.dim_mask: Any = None        # [max_dim] bool
         self.clip, self.pad = False, 0
         F = sum(math.prod(s.shape) for s in streams)
         if w.normalize is not None:
@@ -72,8 +74,8 @@ class StreamPlan(Plan):
                 raise ValueError(f"windows[{key!r}]: max_dim {w.max_dim} is below the {F} features of the window")
             self.pad = int(w.max_dim) - F
             self.dim_mask = _torch().arange(int(w.max_dim), device=device) < F
-        self.fused = ({n: (s.values, s.times, s.offsets) for n, s in zip(w.names, streams)}
-                      if len(streams) > 1 else {})
+        self.fused: dict[str, Any] = ({n: (s.values, s.times, s.offsets) for n, s in zip(w.names, streams)}
+                                      if len(streams) > 1 else {})
 
     def _normalize(self, w: Window, streams: list) -> None:
         """Per feature ``(x - center) * scale`` from the statistics (0 where the range or std is 0)."""
@@ -147,12 +149,12 @@ class FramePlan(Plan):
         self._host = (s.times.cpu().numpy(), s._offsets_host, np.asarray(offs)) if self.host_work else None
 
     def run(self, ds: Dataset, episodes, new_times, out: dict, host: HostSamples | None = None) -> None:
-        s = ds.streams[self.names[0]]
+        store: Any = ds.streams[self.names[0]].frames
         ids, pad = ds.frame_ids(self.names[0], episodes, new_times, self.modes[0], tolerance=self.tolerance)
         if self.zero_pad:
             ids = ids.masked_fill(pad, -1)
         host_ids = self._host_ids(*host()) if self._host is not None and host is not None else None
-        out[self.key] = self.cast(s.frames.gather(ids, layout=self.layout, size=self.resize, host_ids=host_ids))
+        out[self.key] = self.cast(store.gather(ids, layout=self.layout, size=self.resize, host_ids=host_ids))
         out[self.key + "_is_pad"] = pad
 
     def _host_ids(self, ep, t):
@@ -180,7 +182,7 @@ class CloudPlan(Plan):
                 raise ValueError(f"windows[{key!r}]: point clouds pick a frame: mode nearest/previous/next, "
                                  f"got {m!r}")
         s = streams[0]
-        self.voxel = self._probe(dict(w.voxel), s)
+        self.voxel = self._probe(dict(w.voxel or {}), s)
         sizes = np.diff(s._frame_offsets_host)
         # (frame_offsets [M+1], frames per episode [E], max points per frame): the block's size is fixed
         # here, so a batch needs no host sync

@@ -83,6 +83,34 @@ def test_resize_is_two_positive_ints(ds, resize, error, match):
         build(ds, c=Window("cam", resize=resize))
 
 
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(pad="reflect"), ValueError, r"pad 'reflect' is not one of"),
+    (dict(offsets=[0.0], indices=[0]), ValueError, r"not both"),
+    (dict(offsets=[]), ValueError, r"offsets must be a non-empty list"),
+    (dict(indices=[0, 1], rate=-2.0), ValueError, r"indices need a positive rate \(Hz\), got -2\.0"),
+    (dict(mode="cubic"), ValueError, r"mode 'cubic' is not one of"),
+    (dict(mode={"other": "nearest"}), ValueError, r"mode names streams not in this window: \['other'\]"),
+    (dict(layout="NCHW"), ValueError, r"layout 'NCHW' is not one of"),
+    (dict(resize=(0, 8)), ValueError, r"resize must be \(H, W\) > 0"),
+    (dict(dtype="floaty"), TypeError, r"dtype must be a torch dtype"),
+    (dict(normalize="zscore"), ValueError, r"normalize 'zscore' is not one of"),
+    (dict(normalize="min_max", dtype=torch.int32), ValueError, r"dtype torch\.int32 with normalize='min_max'"),
+    (dict(voxel=[1, 2]), TypeError, r"voxel must be a dict"),
+    (dict(voxel={"grid": 4, "colour": 1}), ValueError, r"voxel has unknown keys \['colour'\]"),
+])
+def test_window_checks_its_arguments_when_made(kwargs, error, match):
+    """What needs no dataset is checked by Window itself, at construction, naming the Window."""
+    with pytest.raises(error, match=r"Window\('joints'\): .*" + match):
+        Window("joints", **kwargs)
+
+
+def test_window_changed_after_it_was_made_is_checked_by_the_loader(ds):
+    w = Window("joints")
+    w.pad = "reflect"
+    with pytest.raises(ValueError, match=r"Window\('joints'\): pad 'reflect'"):
+        build(ds, j=w)
+
+
 def test_resize_takes_numpy_ints(ds):
     b = next(iter(build(ds, c=Window("cam", resize=np.array([3, 5])))))
     assert b["c"].shape == (4, 1, 3, 5, 3)

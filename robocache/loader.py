@@ -16,8 +16,11 @@ back: no host sync per batch. Full batches are replays of a captured CUDA graph 
 output slots the caller's batches alias (batch_graph.py); the others are made eagerly in fresh
 memory (``record_stream``). See docs/loader.md.
 
-Windows (what a key holds, and its launches) live in windows.py; the sample table, rank shards and
-each epoch's order in sampling.py; this file is iteration, prefetch, graphs and resume.
+The rooms: Window (what a key holds) in windows.py, its plan and launches in plans.py; the sample
+table and each epoch's order in sampling.py; rank shards in shard.py; when and on which stream each
+batch is made (prefetch, graph replays, the staging thread) in batches.py; identity keys in
+identity.py; the position and its checks at a resume in resume.py. This file holds them together:
+the arguments, the dataset held, the epoch's tables, and what one batch is.
 """
 
 from __future__ import annotations
@@ -189,9 +192,9 @@ class DataLoader:
         self.dataset = dataset
         self.device = dataset.device
         self._windows = BatchPlan(self.windows, dataset)
-        self._table = Samples(dataset, self._windows.names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
-                              seed=self.seed, sampler=self.sampler, rank=self.rank, world_size=self.world_size,
-                              shard=shard, held=held)
+        self._table = Samples(dataset, self._windows.names, anchor, rate, shuffle=self.shuffle,
+                              drop_last=self.drop_last, seed=self.seed, sampler=self.sampler, rank=self.rank,
+                              world_size=self.world_size, shard=shard, held=held)
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
         self.identity = identity_keys(identity, self.windows)
         self._ids = Identity(self.identity, dataset, self._table.host_table)
@@ -278,7 +281,8 @@ class DataLoader:
 
     def _make(self, episodes, times, host_order, k: int) -> dict:
         """Batch k of an epoch: ``episodes``/``times`` its device tables, ``host_order`` the same order on the
-        host, the iterator's own (host-staged frames pick their ids from it, so they are the samples' frames)."""
+        host, the iterator's own (a window that stages on the host picks its samples from it, so they
+        are this iterator's samples)."""
         a, b = k * self.batch_size, (k + 1) * self.batch_size
         return self._make_batch(episodes[a:b], times[a:b], lambda: self._table.host_samples(host_order[a:b]))
 

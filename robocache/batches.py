@@ -8,12 +8,14 @@ slot) are made eagerly in fresh memory (``record_stream``). A loader whose windo
 batch (frames staged from disk or decoded by nvJPEG) makes its batches on a thread of its own instead,
 one ahead, and never captures (a replay cannot repeat host work).
 
-The loader says what a batch is (``make``, ``make_rows``) and what an epoch's tables are; this file
-says when and on which stream each batch is made.
+The loader gives an epoch's tables (computed inside ``stream()``) and what a batch is (a
+plans.BatchPlan, ``recipe``); this file says when and on which stream each batch is made, and calls
+nothing of the loader back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any, Callable, Iterator
 
@@ -21,25 +23,42 @@ from .dataset import _torch
 from .user_warning import warn
 
 
-def cpu_epoch(tables: Callable, deliver: Callable, make: Callable, start: int, n: int) -> Iterator:
-    """Batches ``start`` to ``n - 1`` of an epoch on the CPU, each made when asked for (``make``,
-    ``tables`` and ``deliver`` as for :meth:`CudaBatches.epoch`)."""
-    episodes, times, host_order = tables()
-    for k in range(start, n):
-        yield deliver(make(episodes, times, host_order, k), k, host_order)
+def make(recipe, tables, k: int, batch_size: int, host_samples: Callable) -> dict:
+    """Batch k of an epoch's ``tables`` ``(episodes, times, host_order)``: a slice of them (a view) made
+    by ``recipe``; ``host_samples(rows)`` gives the samples ``rows`` on the host to a window that asks."""
+    episodes, times, host_order = tables
+    a, b = k * batch_size, (k + 1) * batch_size
+    return recipe.make(episodes[a:b], times[a:b], lambda: host_samples(host_order[a:b]))
+
+
+class CpuBatches:
+    """Batches on the CPU: each made when asked for."""
+
+    graphs = False
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def forget(self) -> None:
+        pass
+
+    def stream(self):
+        """Where an epoch's tables are computed: the current stream (the CPU has one)."""
+        return contextlib.nullcontext()
+
+    def run(self, recipe, tables, start: int, n: int, host_samples: Callable, staged: bool) -> Iterator:
+        """``(k, batch)`` for batches ``start`` to ``n - 1`` of an epoch's ``tables``."""
+        for k in range(start, n):
+            yield k, make(recipe, tables, k, self.batch_size, host_samples)
 
 
 class CudaBatches:
     """One loader's CUDA state, kept across its epochs: the side stream and its two events, the
-    batch graph and the static tables it reads, the staging thread.
+    batch graph and the static tables it reads, the staging thread. ``graphs``: capture full batches
+    (turns False when a capture fails: not retried)."""
 
-    ``make(episodes, times, host_order, k)``: batch k of an epoch's tables, eagerly;
-    ``make_rows(episodes [B], times [B])``: a batch of those rows (what a graph captures);
-    ``graphs``: capture full batches (turns False when a capture fails: not retried)."""
-
-    def __init__(self, device, batch_size: int, make: Callable, make_rows: Callable, graphs: bool) -> None:
+    def __init__(self, device, batch_size: int, graphs: bool) -> None:
         self.device, self.batch_size = device, batch_size
-        self.make, self.make_rows = make, make_rows
         self.graphs = graphs
         self.graph: Any = None          # batch_graph.BatchGraph, built at the second batch
         self.side: Any = None           # the side stream, made at the first epoch
@@ -55,25 +74,31 @@ class CudaBatches:
         dropping it waits for its queued replays (BatchGraph.__del__)."""
         self.graph, self._tables = None, None
 
-    def epoch(self, tables: Callable, deliver: Callable, start: int, n: int, staged: bool) -> Iterator:
-        """Batches ``start`` to ``n - 1`` of an epoch, each as ``deliver(batch, k, host_order)``.
-        ``tables()``: ``(episodes, times, host_order)`` of the epoch's samples in order (enqueued on
-        the side stream); ``staged``: the batches do host work (made on the staging thread)."""
+    @contextlib.contextmanager
+    def stream(self):
+        """The side stream, after whatever the consumer enqueued so far (e.g. the dataset's upload):
+        where an epoch's tables are computed."""
+        torch = _torch()
+        side = self._side_stream()
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            yield side
+
+    def run(self, recipe, tables, start: int, n: int, host_samples: Callable, staged: bool) -> Iterator:
+        """``(k, batch)`` for batches ``start`` to ``n - 1`` of an epoch's ``tables`` ``(episodes, times,
+        host_order)`` (made on the side stream); ``staged``: the batches do host work (made on the
+        staging thread). Close it to release the graph for another iterator."""
         torch = _torch()
         consumer = torch.cuda.current_stream(self.device)
-        side = self._side_stream()
-        side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
         graphed = self.graphs and self._lock.acquire(blocking=False)
         try:
-            with torch.cuda.stream(side):
-                episodes, times, host_order = tables()
-                if graphed:
-                    episodes, times = self._static(episodes, times)
+            if graphed:
+                with torch.cuda.stream(self.side):
+                    tables = (*self._static(*tables[:2]), tables[2])
                     if self.graph is not None:
                         self.graph.reset(start)
-            run = _Epoch(self, consumer, (episodes, times, host_order), graphed)
-            for k, batch in run.batches(start, n, self._thread() if staged else None):
-                yield deliver(batch, k, host_order)
+            run = _Epoch(self, recipe, consumer, tables, host_samples, graphed)
+            yield from run.batches(start, n, self._thread() if staged else None)
         finally:
             if graphed:
                 if self.graph is not None:
@@ -114,7 +139,7 @@ class CudaBatches:
             self._stager = ThreadPoolExecutor(1, thread_name_prefix="robocache-batch")
         return self._stager
 
-    def capture(self, tables, k: int) -> None:
+    def capture(self, make_rows: Callable, tables, k: int) -> None:
         """Capture the batch graph's slots over the static tables (after one eager batch: every
         kernel loaded, every lazy table built); on failure, warn once and stay eager."""
         from . import batch_graph
@@ -124,13 +149,13 @@ class CudaBatches:
                 raise RuntimeError(f"torch {torch.__version__} lacks the storage use count or the raw graph "
                                    "handle (torch >= 2.9 has both)")
             try:
-                self.graph = batch_graph.BatchGraph(self.make_rows, tables, self.batch_size)
+                self.graph = batch_graph.BatchGraph(make_rows, tables, self.batch_size)
             except torch.cuda.OutOfMemoryError:
                 # the memory pools of dead graphs (earlier loaders') go back to the device only when
                 # the allocator empties its cache, which it cannot do inside a capture (measured: 61
                 # GB of them on an H100 after one loader per epoch for a minute); once, not per batch
                 torch.cuda.empty_cache()
-                self.graph = batch_graph.BatchGraph(self.make_rows, tables, self.batch_size)
+                self.graph = batch_graph.BatchGraph(make_rows, tables, self.batch_size)
         except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
             self.graphs = False
             warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); batches are made "
@@ -143,9 +168,10 @@ class _Epoch:
     """One iterator's pass over an epoch's tables: which batches replay, which are made eagerly,
     and the consumer's waits."""
 
-    def __init__(self, owner: CudaBatches, consumer, tables, graphed: bool) -> None:
-        self.owner, self.consumer, self.graphed = owner, consumer, graphed
-        self.episodes, self.times, self.host_order = tables
+    def __init__(self, owner: CudaBatches, recipe, consumer, tables, host_samples: Callable, graphed: bool) -> None:
+        self.owner, self.recipe, self.consumer, self.graphed = owner, recipe, consumer, graphed
+        self.tables, self.host_samples = tables, host_samples
+        self.episodes, self.times = tables[0], tables[1]
         # batches of batch_size samples (of this part of the epoch: a resumed one's rest is shorter)
         self.full = int(self.times.shape[0]) // owner.batch_size
 
@@ -197,7 +223,7 @@ class _Epoch:
         # slot is still held by the caller
         torch = _torch()
         with torch.cuda.stream(owner.side):
-            batch = owner.make(self.episodes, self.times, self.host_order, k)
+            batch = make(self.recipe, self.tables, k, owner.batch_size, self.host_samples)
             if self.graphed and owner.graph is not None:
                 owner.graph.reset(k + 1)            # replays go on after this batch
             ready.record(owner.side)
@@ -210,7 +236,7 @@ class _Epoch:
         # (graphs turns False when a capture fails: not retried every batch)
         if owner.graph is None and owner._warm and owner.graphs:
             with _torch().cuda.stream(owner.side):
-                owner.capture((self.episodes, self.times), k)
+                owner.capture(self.recipe.make, (self.episodes, self.times), k)
         if owner.graph is None:
             return None
         return owner.graph.replay(self.consumer, owner.handles[k % 2], wait)

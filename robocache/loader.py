@@ -26,11 +26,12 @@ the arguments, the dataset held, the epoch's tables, and what one batch is.
 from __future__ import annotations
 
 import reprlib
+from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .batches import CudaBatches, cpu_epoch
+from .batches import CpuBatches, CudaBatches
 from .dataset import Dataset, _torch
 from .identity import IDENTITY, Identity, identity_keys
 from .resume import Position, resume_point, saved_state
@@ -168,7 +169,7 @@ class DataLoader:
         self.collate_fn = collate_fn
         self.windows = dict(windows)
         self._samples_args = (anchor, rate, identity)
-        self._cuda = None
+        self._batches: CpuBatches | CudaBatches = CpuBatches(int(batch_size))
         self._bind(dataset, shard, held)
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
@@ -180,8 +181,7 @@ class DataLoader:
         self._pos, self._fresh = Position(0, [], 0, len(self)), True
         if self.device.type == "cuda":
             # full batches replay a captured graph (batch_graph.py), unless host work makes them
-            self._cuda = CudaBatches(self.device, self.batch_size, self._make, self._make_batch,
-                                     graphs=bool(cuda_graph) and not self._host_plans)
+            self._batches = CudaBatches(self.device, self.batch_size, graphs=bool(cuda_graph) and not self._host_plans)
         if self.drop_last and 0 < self.num_samples < self.batch_size:
             _warn_no_batches(self)
 
@@ -191,16 +191,16 @@ class DataLoader:
         anchor, rate, identity = self._samples_args
         self.dataset = dataset
         self.device = dataset.device
-        self._windows = BatchPlan(self.windows, dataset)
-        self._table = Samples(dataset, self._windows.names, anchor, rate, shuffle=self.shuffle,
+        self._recipe = BatchPlan(self.windows, dataset)
+        self._table = Samples(dataset, self._recipe.names, anchor, rate, shuffle=self.shuffle,
                               drop_last=self.drop_last, seed=self.seed, sampler=self.sampler, rank=self.rank,
                               world_size=self.world_size, shard=shard, held=held)
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
         self.identity = identity_keys(identity, self.windows)
         self._ids = Identity(self.identity, dataset, self._table.host_table)
-        self._host_plans = self._windows.host_work
-        if self._cuda is not None:
-            self._cuda.forget()
+        self._recipe.identify(self._ids, self._episode)
+        self._host_plans = self._recipe.host_work
+        self._batches.forget()      # a graph over the dataset held before
 
     def _hold(self, epoch: int, segments) -> None:
         """``shard_episodes``, an epoch resumed at another world size: hold the episodes of this rank's
@@ -279,24 +279,6 @@ class DataLoader:
 
     # --- iteration -----------------------------------------------------------------------
 
-    def _make(self, episodes, times, host_order, k: int) -> dict:
-        """Batch k of an epoch: ``episodes``/``times`` its device tables, ``host_order`` the same order on the
-        host, the iterator's own (a window that stages on the host picks its samples from it, so they
-        are this iterator's samples)."""
-        a, b = k * self.batch_size, (k + 1) * self.batch_size
-        return self._make_batch(episodes[a:b], times[a:b], lambda: self._table.host_samples(host_order[a:b]))
-
-    def _make_batch(self, ep, t, host=None) -> dict:
-        out: dict = {}
-        rows = None
-        if self._ids.tensors:
-            # with identity the epoch tables hold sample rows; their episodes are one gather away
-            rows, ep = ep, self._episode.index_select(0, ep)
-        self._windows.run(self.dataset, ep, t, out, host)
-        if rows is not None:
-            self._ids.add(rows, ep, t, out)
-        return out
-
     def __iter__(self) -> Iterator[dict]:
         if not self._fresh:
             self.set_epoch(self._pos.epoch + 1)
@@ -305,19 +287,7 @@ class DataLoader:
         # (a whole epoch's batches counted now: a sampler's length may change between epochs)
         self._pos = pos = Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
         self._fresh = False
-
-        def tables():
-            episodes, times = self._epoch_tables(pos)
-            # this iterator's order on the host (frame ids, task text), kept here: another iterator or
-            # loader.order(e) replaces the table's
-            return episodes, times, self._table.host_order
-
-        def deliver(batch: dict, k: int, host_order):
-            self._ids.attach_task(batch, host_order, k, self.batch_size)
-            return self._hand_over(batch, pos)
-        if self._cuda is not None:
-            return self._cuda.epoch(tables, deliver, pos.batch, pos.batches, staged=self._host_plans)
-        return cpu_epoch(tables, deliver, self._make, pos.batch, pos.batches)
+        return self._iterate(pos)
 
     def _epoch_tables(self, pos: "Position"):
         """Episode (with identity tensors: sample row) and anchor time of each sample in the order of
@@ -331,10 +301,23 @@ class DataLoader:
         pos.batch += 1
         return batch
 
+    def _iterate(self, pos: "Position"):
+        with self._batches.stream():
+            episodes, times = self._epoch_tables(pos)
+            # this iterator's order on the host (frame ids, task text), kept here: another iterator or
+            # loader.order(e) replaces the table's
+            host_order = self._table.host_order
+        run = self._batches.run(self._recipe, (episodes, times, host_order), pos.batch, pos.batches,
+                                self._table.host_samples, staged=self._host_plans)
+        with closing(run):
+            for k, batch in run:
+                self._ids.attach_task(batch, host_order, k, self.batch_size)
+                yield self._hand_over(batch, pos)
+
     @property
     def cuda_graph(self) -> bool:
         """Whether full batches replay a captured CUDA graph (False after a failed capture)."""
-        return self._cuda is not None and self._cuda.graphs
+        return self._batches.graphs
 
     def __repr__(self) -> str:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"

@@ -245,11 +245,13 @@ class CloudPlan(Plan):
 
 
 class BatchPlan:
-    """Every window of a batch over one dataset: their plans, and their target offsets side by side
-    (one op makes every window's target times; each plan reads its columns as a view)."""
+    """What one batch is over one dataset: every window's plan, their target offsets side by side (one
+    op makes every window's target times; each plan reads its columns as a view), and the identity
+    keys (identity.Identity, set once the sample table exists)."""
 
     def __init__(self, windows: Mapping, ds: Dataset) -> None:
         torch = _torch()
+        self.ds = ds
         self.plans = [plan(str(k), w, ds) for k, w in windows.items()]
         self.offsets = torch.cat([p.offsets for p in self.plans])
         ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self.plans])
@@ -257,12 +259,27 @@ class BatchPlan:
         self.names = list(dict.fromkeys(n for p in self.plans for n in p.names))
         #: some window does host work per batch (frames staged by the host): a graph replay cannot repeat it
         self.host_work = any(p.host_work for p in self.plans)
+        self.identity: Any = None
+        self.episode: Any = None         # [N] int64: each sample row's episode, read with identity tensors
 
-    def run(self, ds: Dataset, episodes, times, out: dict, host: HostSamples | None = None) -> None:
-        """Every window's keys of the batch of samples ``(episodes [B], anchor times [B])`` into ``out``."""
+    def identify(self, identity, episode) -> None:
+        """Add ``identity``'s keys to every batch; ``episode``: the episode of each sample row."""
+        self.identity, self.episode = identity, episode
+
+    def make(self, episodes, times, host: HostSamples | None = None) -> dict:
+        """The batch of samples ``(episodes [B], anchor times [B])`` (with identity tensors, ``episodes``
+        are sample rows: the epoch tables hold rows then)."""
+        out: dict = {}
+        rows = None
+        if self.identity is not None and self.identity.tensors:
+            # the epoch tables hold sample rows; their episodes are one gather away
+            rows, episodes = episodes, self.episode.index_select(0, episodes)
         targets = times[:, None] + self.offsets[None, :]
         for p, (a, b) in zip(self.plans, self.columns):
-            p.run(ds, episodes, targets[:, a:b], out, host)
+            p.run(self.ds, episodes, targets[:, a:b], out, host)
+        if rows is not None:
+            self.identity.add(rows, episodes, times, out)
+        return out
 
 
 def plan(key: str, w: Window | str, ds: Dataset) -> Plan:

@@ -1,7 +1,7 @@
 """Sharding, all of it: which rank holds which episodes (``shard_episodes``): the heaviest episode
 first, each to the rank holding the least so far. Used by the loader (over a loaded dataset: the bytes
-of each episode's frames) and by ``Dataset.from_lerobot`` (before loading: rows x pixels per frame from the metadata), so each
-rank can read, decode and hold only its own episodes. Deterministic: every rank computes the same.
+of each episode's frames) and by ``Dataset.from_lerobot`` (before loading: rows x pixels per frame from
+the metadata), so each rank can read, decode and hold only its own episodes. Deterministic: every rank computes the same.
 
 When whole episodes cannot balance the ranks (fewer or longer episodes than balance allows), the
 loader's shards split at sample granularity instead (``rank_samples``): the sample table cut into

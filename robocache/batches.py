@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
+
+#: ``(k, batch)`` pairs of an epoch; close it to end the epoch early
+Run = Generator[tuple[int, dict], None, None]
 
 from .dataset import _torch
 from .user_warning import warn
@@ -46,7 +49,7 @@ class CpuBatches:
         """Where an epoch's tables are computed: the current stream (the CPU has one)."""
         return contextlib.nullcontext()
 
-    def run(self, recipe, tables, start: int, n: int, host_samples: Callable, staged: bool) -> Iterator:
+    def run(self, recipe, tables, start: int, n: int, host_samples: Callable, staged: bool) -> Run:
         """``(k, batch)`` for batches ``start`` to ``n - 1`` of an epoch's ``tables``."""
         for k in range(start, n):
             yield k, make(recipe, tables, k, self.batch_size, host_samples)
@@ -84,7 +87,7 @@ class CudaBatches:
         with torch.cuda.stream(side):
             yield side
 
-    def run(self, recipe, tables, start: int, n: int, host_samples: Callable, staged: bool) -> Iterator:
+    def run(self, recipe, tables, start: int, n: int, host_samples: Callable, staged: bool) -> Run:
         """``(k, batch)`` for batches ``start`` to ``n - 1`` of an epoch's ``tables`` ``(episodes, times,
         host_order)`` (made on the side stream); ``staged``: the batches do host work (made on the
         staging thread). Close it to release the graph for another iterator."""

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .dataset import Dataset, _torch
-from .windows import NORMALIZATIONS, VOXEL_FEATURE_MODES, Window, check, target_size, target_steps, torch_dtype
+from .windows import VOXEL_FEATURE_MODES, Window, check, target_size, target_steps, torch_dtype
 
 #: the batch's samples on the host, asked for only by a plan that stages on the host:
 #: ``() -> (episode [B], anchor time [B])`` host numpy

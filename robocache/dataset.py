@@ -23,27 +23,10 @@ from ._C import resample as _resample
 from ._util import dtype_name, fmt_bytes, fmt_seconds, plural, resolve_device
 from ._util import torch as _torch
 from .build import EpisodeBuilder, check_span_times, check_spans
+from .shard import lerobot_shard as _lerobot_shard    # (its name before it moved to shard.py)
 from .stream import Episode, PointClouds, Stream, Streams  # PointClouds: public here as before the split
 
 __all__ = ["Dataset", "Episode", "FramesView", "PointClouds", "Stream"]
-
-
-def _lerobot_shard(path, shard_episodes, episodes, video_resize):
-    """(this rank's episodes, its ``shard.LoadedShard``) of a LeRobot set, from its metadata: the
-    episodes holding the rank's samples (``shard.rank_samples``: whole episodes, or runs of samples
-    when whole episodes cannot balance the ranks, an episode then read by the two ranks sharing it)."""
-    from .readers.lerobot import episode_weights
-    from .shard import LoadedShard, rank_samples, rank_world
-    rank, world = rank_world(shard_episodes)
-    ids, rows, weights = episode_weights(path, episodes=episodes, video_resize=video_resize)
-    plan = rank_samples(rows, weights, world)
-    start = np.concatenate([[0], np.cumsum(rows)])
-    mine = [ids[i] for i in np.unique(np.searchsorted(start, plan[rank], side="right") - 1)]
-    if not mine:
-        raise ValueError(f"shard_episodes: rank {rank} of {world} gets none of the {len(ids)} episodes; "
-                         f"use fewer ranks or shard_episodes=False")
-    return mine, LoadedShard(rank, world, [int(p.size) for p in plan], np.asarray(rows, np.int64),
-                             np.asarray(weights, np.int64))
 
 
 class Dataset:

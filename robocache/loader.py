@@ -16,28 +16,33 @@ back: no host sync per batch. Full batches are replays of a captured CUDA graph 
 output slots the caller's batches alias (batch_graph.py); the others are made eagerly in fresh
 memory (``record_stream``). See docs/loader.md.
 
-Windows (what a key holds, and its launches) live in windows.py; the sample table, rank shards and
-each epoch's order in sampling.py; this file is iteration, prefetch, graphs and resume.
+The rooms: Window (what a key holds) in windows.py, its plan and launches in plans.py; the sample
+table and each epoch's order in sampling.py; rank shards in shard.py; when and on which stream each
+batch is made (prefetch, graph replays, the staging thread) in batches.py; identity keys in
+identity.py; the position and its checks at a resume in resume.py. This file holds them together:
+the arguments, the dataset held, the epoch's tables, and what one batch is.
 """
 
 from __future__ import annotations
 
 import reprlib
-import threading
+from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from ._util import torch as _torch
+from .batches import CpuBatches, CudaBatches
 from .dataset import Dataset
-from .sampling import Samples, distributed, episode_shard, loaded_shard
+from .identity import IDENTITY, Identity, identity_keys
+from .resume import Position, resume_point, saved_state
+from .sampling import Samples, distributed, episode_counts
+from .shard import episode_shard, held_for_rest, loaded_shard
 from .user_warning import warn
-from .windows import Window, _plan, _run_plan
+from .plans import BatchPlan
+from .windows import Window
 
-__all__ = ["DataLoader", "Window"]
-
-#: what ``identity=True`` adds to every batch: who each sample is (LeRobot's batch keys)
-IDENTITY = ("episode_index", "frame_index", "timestamp", "index", "task_index", "task")
+__all__ = ["DataLoader", "Window", "IDENTITY"]
 
 
 class DataLoader:
@@ -163,19 +168,11 @@ class DataLoader:
         self.shard_episodes = bool(shard_episodes)
         if sampler is not None and self.shard_episodes:
             raise ValueError("shard_episodes and sampler are mutually exclusive")
-        shard = held = None           # shard_episodes: the whole set's split, this rank's episodes in it
-        names = list(dict.fromkeys(n for w in windows.values()
-                                   for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
         # the whole set, when this loader shards it: a resume at another world size may need episodes
         # of other ranks' shards for the rest of its epoch (load_state_dict)
-        self._whole, self._move_to = None, device
-        if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
-            shard, held = loaded_shard(dataset, names, anchor, rate, self.rank, self.world_size,
-                                       self.shard_episodes)
-        elif self.shard_episodes:
-            # at one rank too: a state saved at several ranks replays their shards (elastic resume)
-            self._whole = dataset
-            dataset, shard, held = episode_shard(dataset, names, anchor, rate, self.rank, self.world_size)
+        dataset, shard, held, self._whole = _rank_share(dataset, windows, anchor, rate, self.rank, self.world_size,
+                                                        self.shard_episodes)
+        self._move_to = device
         if device is not None:
             dataset = dataset.to(device)
         if generator is not None:
@@ -188,7 +185,7 @@ class DataLoader:
         self.collate_fn = collate_fn
         self.windows = dict(windows)
         self._samples_args = (anchor, rate, identity)
-        self._graph, self._tables = None, None
+        self._batches: CpuBatches | CudaBatches = CpuBatches(int(batch_size))
         self._bind(dataset, shard, held)
         self.anchor = anchor if rate is None else None
         if rate is None and anchor is None:
@@ -197,110 +194,37 @@ class DataLoader:
         # position: where the next iter() starts when `_fresh` (after construction, set_epoch or
         # load_state_dict), else the last created iterator's, which it moves (the next iter() then
         # starts the epoch after it)
-        self._pos, self._fresh = _Position(0, [], 0, len(self)), True
-        # CUDA: full batches replay a captured graph (batch_graph.py); built at the second batch
-        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and not self._host_plans
-        self._side, self._warm = None, False
-        self._ahead = None             # the thread of host-staged batches (_stager)
-        self._graph_lock = threading.Lock()
+        self._pos, self._fresh = Position(0, [], 0, len(self)), True
+        if self.device.type == "cuda":
+            # full batches replay a captured graph (batch_graph.py), unless host work makes them
+            self._batches = CudaBatches(self.device, self.batch_size, graphs=bool(cuda_graph) and not self._host_plans)
         if self.drop_last and 0 < self.num_samples < self.batch_size:
-            # torch yields nothing here too, but a training loop that silently never steps is rarely meant
-            warn(f"robocache.DataLoader: drop_last=True with batch_size={self.batch_size} and {self.num_samples} "
-                 f"samples per epoch{' on this rank' if self.world_size > 1 else ''}: every epoch has 0 batches; "
-                 f"use a batch_size <= {self.num_samples} or drop_last=False")
+            _warn_no_batches(self)
 
     def _bind(self, dataset: Dataset, shard=None, held=None) -> None:
         """Hold ``dataset`` (with ``shard_episodes``: the episodes ``held`` of the whole set's ``shard``):
         the windows' plans over it, the sample table, the identity tables."""
-        torch = _torch()
         anchor, rate, identity = self._samples_args
         self.dataset = dataset
         self.device = dataset.device
-        self._plans = [_plan(str(k), w, dataset) for k, w in self.windows.items()]
-        self._offsets = torch.cat([p.offsets for p in self._plans])
-        ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self._plans])
-        self._columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
-        names = list(dict.fromkeys(n for p in self._plans for n in p.names))
-        self._table = Samples(dataset, names, anchor, rate, shuffle=self.shuffle, drop_last=self.drop_last,
-                              seed=self.seed, sampler=self.sampler, rank=self.rank, world_size=self.world_size,
-                              shard=shard, held=held)
+        self._recipe = BatchPlan(self.windows, dataset)
+        self._table = Samples(dataset, self._recipe.names, anchor, rate, shuffle=self.shuffle,
+                              drop_last=self.drop_last, seed=self.seed, sampler=self.sampler, rank=self.rank,
+                              world_size=self.world_size, shard=shard, held=held)
         self._episode, self._time = self._table.episode, self._table.time  # [N] int64, [N] float64 on the device
-        self._identity(identity)
-        # disk-tier frames are staged by the host per batch: host work a graph replay cannot repeat
-        self._host_plans = any(p.host for p in self._plans)
-        # a graph captured over the dataset held before reads its tables; dropping it waits for its
-        # queued replays (BatchGraph.__del__)
-        self._graph, self._tables = None, None
+        self.identity = identity_keys(identity, self.windows)
+        self._ids = Identity(self.identity, dataset, self._table.host_table)
+        self._recipe.identify(self._ids, self._episode)
+        self._host_plans = self._recipe.host_work
+        self._batches.forget()      # a graph over the dataset held before
 
     def _hold(self, epoch: int, segments) -> None:
         """``shard_episodes``, an epoch resumed at another world size: hold the episodes of this rank's
         run of the samples left as well as its shard's (a copy of the whole set's, as at construction)."""
-        table = self._table
-        if table.shard is None or not segments:
-            return
-        need = table.needs(epoch, segments)
-        if np.isin(need, table.held).all():
-            return
-        if self._whole is None:
-            raise ValueError("load_state_dict: the rest of this epoch, saved at another world or batch size, "
-                             "needs episodes this rank's dataset does not hold (it was loaded as one rank's "
-                             "episodes, from_lerobot's shard_episodes): resume at the saved world and batch "
-                             "size, or load the whole set and pass shard_episodes=True to the DataLoader")
-        held = np.union1d(table.held, need)
-        ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
-        self._bind(ds if self._move_to is None else ds.to(self._move_to), table.shard, held)
-
-    def _identity(self, identity) -> None:
-        """The identity keys asked for, and their tables: ``[E]`` per episode / ``[N]`` per sample on the
-        device, the task text per sample on the host. With identity tensors the epoch tables hold sample
-        rows (not episodes): a batch gathers its episodes, frames and rows from them (_make_batch)."""
-        torch = _torch()
-        if identity is True:
-            keys = IDENTITY
-        elif identity is False or identity is None:
-            keys = ()
-        else:
-            keys = (identity,) if isinstance(identity, str) else tuple(identity)
-            unknown = [k for k in keys if k not in IDENTITY]
-            if unknown:
-                raise ValueError(f"identity: unknown keys {unknown}; choose from {list(IDENTITY)} (or True for all)")
-        clash = [k for k in keys if k in self.windows or any(k == w + suffix for w in self.windows
-                                                              for suffix in ("_is_pad", "_dim_mask"))]
-        if clash:
-            raise ValueError(f"identity: windows already have the keys {clash}; rename those windows")
-        self.identity = tuple(k for k in IDENTITY if k in keys)
-        self._id_tensors = tuple(k for k in self.identity if k != "task")
-        self._task_text = None
-        if not self.identity:
-            return
-        ds, dev = self.dataset, self.device
-        ep_h, t_h = self._table.host_table()       # host copies, once (construction may sync)
-        first = np.searchsorted(ep_h, np.arange(len(ds)), side="left")     # the table is grouped by episode
-        task = ds.frame_task_index(ep_h, t_h)      # per sample: a task may change within an episode
-        self._id = {"episode_index": torch.from_numpy(ds.episode_index).to(dev),
-                    "frame_index": torch.from_numpy(np.arange(ep_h.size) - first[ep_h]).to(dev),
-                    "task_index": torch.from_numpy(task).to(dev)}
-        text = np.array([*ds.tasks, ""], dtype=object)         # -1 (no task) -> ""
-        self._task_text = text[task] if "task" in self.identity else None
-
-    def _identity_batch(self, rows, ep, t, out: dict) -> None:
-        """The identity tensors of a batch: ``rows`` (sample rows), ``ep`` (episode positions), ``t``
-        (anchor times), ``[B]`` each; gathers from the construction's tables, copies of the views."""
-        ids = self._id
-        make = {"episode_index": lambda: ids["episode_index"].index_select(0, ep),
-                "frame_index": lambda: ids["frame_index"].index_select(0, rows),
-                "timestamp": lambda: t.clone(), "index": lambda: rows.clone(),
-                "task_index": lambda: ids["task_index"].index_select(0, rows)}
-        for k in self._id_tensors:
-            out[k] = make[k]()
-
-    def _attach_task(self, batch: dict, host_order, k: int) -> None:
-        """``batch["task"]``: the task text of batch k's samples from the epoch's host-side order (a
-        Python list is no tensor: attached after the batch is made, outside any graph, never read from
-        the GPU)."""
-        if self._task_text is not None and isinstance(batch, dict):
-            b = self.batch_size
-            batch["task"] = self._task_text[host_order[k * b:(k + 1) * b]].tolist()
+        held = held_for_rest(self._table, self._whole, epoch, segments)
+        if held is not None:
+            ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
+            self._bind(ds if self._move_to is None else ds.to(self._move_to), self._table.shard, held)
 
     # --- samples -------------------------------------------------------------------------
 
@@ -317,7 +241,7 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """The next ``iter()`` yields epoch ``epoch`` from its first batch."""
-        self._pos, self._fresh = _Position(int(epoch), [], 0, len(self)), True
+        self._pos, self._fresh = Position(int(epoch), [], 0, len(self)), True
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(int(epoch))
 
@@ -335,15 +259,7 @@ class DataLoader:
         size), ``total_samples`` (an epoch over all ranks) and the settings the order depends on.
         Every rank's copy is the same but for ``rank``: any one restores the whole job
         (``load_state_dict``)."""
-        p = self._pos
-        e, k, segments = p.epoch, p.batch, p.segments
-        if not self._fresh and k >= p.batches:
-            e, k, segments = e + 1, 0, []
-        now = [*segments, [self.world_size, self.batch_size, k]]
-        return {"epoch": e, "batch": k, "samples": self._table.consumed(e, now),
-                "segments": [list(x) for x in segments], "seed": self.seed, "num_samples": self.num_samples,
-                "total_samples": self._table.total, "batch_size": self.batch_size, "shuffle": self.shuffle,
-                "drop_last": self.drop_last, "rank": self.rank, "world_size": self.world_size}
+        return saved_state(self, self._pos, self._fresh, self._table)
 
     def load_state_dict(self, state: Mapping) -> None:
         """Resume: the next ``iter()`` yields the rest of the saved epoch, then the next epochs.
@@ -352,40 +268,13 @@ class DataLoader:
         what the saved loader would have yielded. At another (elastic resume, e.g. a state saved by
         rank 0 of 2 loaded by every rank of 3): the rest of the epoch is the samples no rank had
         yielded, split over this loader's ranks (docs/loader.md, "Resume at another world size")."""
-        if not isinstance(state, Mapping):
-            raise TypeError(f"load_state_dict: state must be a dict (a state_dict()), got {type(state).__name__}")
-        for k in ("epoch", "batch"):
-            if k not in state:
-                raise ValueError(f"load_state_dict: state has no {k!r}; give what state_dict() returned")
-        epoch, batch = _count(state, "epoch"), _count(state, "batch")
-        for k in ("seed", "shuffle", "drop_last"):
-            if k in state and state[k] != getattr(self, k):
-                raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has "
-                                 f"{getattr(self, k)!r}; resume would not reproduce the saved order")
-        world = _count(state, "world_size", self.world_size, least=1)
-        size = _count(state, "batch_size", self.batch_size, least=1)
-        segments = _segments(state)
-        same = world == self.world_size and size == self.batch_size
-        # the samples of an epoch over all ranks (a state from before total_samples: this rank's, where
-        # the sizes are the same)
-        for k, mine in (("total_samples", self._table.total), ("num_samples", self.num_samples)):
-            if k in state and state[k] != mine and (k == "total_samples" or same and "total_samples" not in state):
-                raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has {mine!r}; "
-                                 f"resume would not reproduce the saved order")
-        if not same or segments:
-            if self.sampler is not None:
-                raise ValueError(f"load_state_dict: saved at world_size {world}, batch_size {size}; this loader "
-                                 f"has {self.world_size}, {self.batch_size} and a sampler, which orders the "
-                                 f"samples itself: resume it at the saved sizes")
-        if not same:
-            # the saved job's part of the epoch is done: a new segment over the samples left
-            segments, batch = [*segments, (world, size, batch)], 0
+        epoch, segments, batch = resume_point(state, self, self._table.total)
         n, b = self._table.count(epoch, segments), self.batch_size
         batches = n // b if self.drop_last else -(-n // b)
         if batch > batches:
             raise ValueError(f"load_state_dict: batch {batch} out of range for {batches} batches")
         self._hold(epoch, segments)
-        self._pos, self._fresh = _Position(epoch, segments, batch, batches), True
+        self._pos, self._fresh = Position(epoch, segments, batch, batches), True
         if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
@@ -401,38 +290,10 @@ class DataLoader:
         The current epoch resumed at another world or batch size: the indices of its rest."""
         p = self._pos
         if epoch is None or int(epoch) == p.epoch:
-            return self._order(p.epoch, p.segments)
-        return self._order(int(epoch))
-
-    def _order(self, epoch: int, segments=()):
-        return self._table.order(epoch, segments)
+            return self._table.order(p.epoch, p.segments)
+        return self._table.order(int(epoch))
 
     # --- iteration -----------------------------------------------------------------------
-
-    def _make(self, episodes, times, host_order, k: int) -> dict:
-        """Batch k of an epoch: ``episodes``/``times`` its device tables, ``host_order`` the same order on the
-        host, the iterator's own (host-staged frames pick their ids from it, so they are the samples' frames)."""
-        a = k * self.batch_size
-        host = None
-        if self._host_plans:
-            ep_h, t_h = self._table.host_table()
-            rows = host_order[a:a + self.batch_size]
-            host = (ep_h[rows], t_h[rows])
-        return self._make_batch(episodes[a:a + self.batch_size], times[a:a + self.batch_size], host)
-
-    def _make_batch(self, ep, t, host=None) -> dict:
-        out: dict = {}
-        rows = None
-        if self._id_tensors:
-            # with identity the epoch tables hold sample rows; their episodes are one gather away
-            rows, ep = ep, self._episode.index_select(0, ep)
-        # every window's target times in one op; each plan reads its columns as a view
-        targets = t[:, None] + self._offsets[None, :]
-        for p, (a, b) in zip(self._plans, self._columns):
-            _run_plan(p, self.dataset, ep, targets[:, a:b], out, host)
-        if rows is not None:
-            self._identity_batch(rows, ep, t, out)
-        return out
 
     def __iter__(self) -> Iterator[dict]:
         if not self._fresh:
@@ -440,34 +301,17 @@ class DataLoader:
         # each iterator counts its own batches; state_dict reads the last created one's
         p = self._pos
         # (a whole epoch's batches counted now: a sampler's length may change between epochs)
-        self._pos = pos = _Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
+        self._pos = pos = Position(p.epoch, p.segments, p.batch, p.batches if p.segments else len(self))
         self._fresh = False
-        if self.device.type == "cuda":
-            return self._iter_cuda(pos)
-        return self._iter_cpu(pos)
+        return self._iterate(pos)
 
-    def _epoch_tables(self, pos: "_Position", static: bool = False):
-        """Episode and anchor time of each sample in the order of ``pos``'s epoch (or the rest of it,
-        resumed at another world size); ``static``: written into the buffers a captured batch graph reads."""
-        order = self._order(pos.epoch, pos.segments)
-        if not static:
-            return (order if self._id_tensors else self._episode[order]), self._time[order]
-        torch = _torch()
-        n = int(order.shape[0])
-        if self._tables is None or int(self._tables[0].shape[0]) != n:
-            # a sampler whose length changed: the graph reads the old tables; dropping it waits
-            # for its queued replays (BatchGraph.__del__)
-            self._graph = None
-            self._tables = (torch.empty(n, dtype=torch.int64, device=self.device),
-                            torch.empty(n, dtype=torch.float64, device=self.device))
-        if self._id_tensors:
-            self._tables[0].copy_(order)              # sample rows: _make_batch gathers their episodes
-        else:
-            torch.index_select(self._episode, 0, order, out=self._tables[0])
-        torch.index_select(self._time, 0, order, out=self._tables[1])
-        return self._tables
+    def _epoch_tables(self, pos: "Position"):
+        """Episode (with identity tensors: sample row) and anchor time of each sample in the order of
+        ``pos``'s epoch (or the rest of it, resumed at another world size)."""
+        order = self._table.order(pos.epoch, pos.segments)
+        return (order if self._ids.tensors else self._episode[order]), self._time[order]
 
-    def _hand_over(self, batch: dict, pos: "_Position"):
+    def _hand_over(self, batch: dict, pos: "Position"):
         if self._lerobot is not None:
             batch = self._lerobot(batch)
         if self.collate_fn is not None:
@@ -475,134 +319,23 @@ class DataLoader:
         pos.batch += 1
         return batch
 
-    def _iter_cpu(self, pos: "_Position"):
-        episodes, times = self._epoch_tables(pos)
-        # this iterator's order on the host (frame ids, task text), kept here: another iterator or
-        # loader.order(e) replaces the table's
-        host_order = self._table.host_order
-        for k in range(pos.batch, pos.batches):
-            batch = self._make(episodes, times, host_order, k)
-            self._attach_task(batch, host_order, k)
-            yield self._hand_over(batch, pos)
-
-    def _iter_cuda(self, pos: "_Position"):
-        start, n = pos.batch, pos.batches
-        torch = _torch()
-        consumer = torch.cuda.current_stream(self.device)
-        if self._side is None:
-            # above the training step's priority: a batch is a few short kernels the step will
-            # wait for, and behind the step's long ones its cost in the GR00T-style step was 1.9%
-            # against 0.4% ahead of them (docs/perf-notes.md v10)
-            self._side = torch.cuda.Stream(self.device, priority=-1)
-            self._events = (torch.cuda.Event(), torch.cuda.Event())
-            for e in self._events:
-                e.record(self._side)    # torch creates the CUDA event at its first record
-            self._event_handles = tuple(e.cuda_event for e in self._events)
-        side = self._side
-        side.wait_stream(consumer)          # whatever the consumer enqueued before (e.g. the dataset's upload)
-        # one iterator at a time replays the graph (it owns the static tables, the cursor, the
-        # slots); a second live iterator of the same loader makes its batches eagerly
-        graphed = self.cuda_graph and self._graph_lock.acquire(blocking=False)
-        try:
-            with torch.cuda.stream(side):
-                episodes, times = self._epoch_tables(pos, static=graphed)
-                host_order = self._table.host_order   # this iterator's, as in _iter_cpu
-                if graphed and self._graph is not None:
-                    self._graph.reset(start)
-            # batches of batch_size samples (of this part of the epoch: a resumed one's rest is shorter)
-            full = int(times.shape[0]) // self.batch_size
-
-            def prepare(k, wait=0):
-                """Batch k enqueued on `side`: (graph slot or None, eager batch or None, its event).
-                A replay also makes the consumer wait for the event handle `wait` (batch k-1's)."""
-                # two events in turn: batch k's is waited on after batch k+1's is recorded
-                ready = self._events[k % 2]
-                if graphed and k < full:
-                    # (cuda_graph turns False when a capture fails: not retried every batch)
-                    if self._graph is None and self._warm and self.cuda_graph:
-                        with torch.cuda.stream(side):
-                            self._capture(episodes, times, k)
-                    if self._graph is not None:
-                        slot = self._graph.replay(consumer, self._event_handles[k % 2], wait)
-                        if slot is not None:
-                            return slot, None, ready
-                # eager: the first batch (warm-up), the last short one, a batch when every graph
-                # slot is still held by the caller
-                with torch.cuda.stream(side):
-                    batch = self._make(episodes, times, host_order, k)
-                    if graphed and self._graph is not None:
-                        self._graph.reset(k + 1)            # replays go on after this batch
-                    ready.record(side)
-                self._warm = True
-                return None, batch, ready
-
-            # host-staged frames (disk, compressed): a batch's host work (page-ins, copies, nvJPEG's
-            # parsing) takes milliseconds, so it runs on a thread of the loader's, beside the training
-            # step, instead of on the training thread; batches stay in order, one ahead
-            ahead = self._stager() if self._host_plans else None
-            nxt = None if start >= n else prepare(start) if ahead is None else \
-                ahead.submit(self._on_device, prepare, start)
-            for k in range(start, n):
-                slot, batch, ready = nxt if ahead is None else nxt.result()
-                # batch k+1 is enqueued before the consumer's work on k; a replay queues the
-                # consumer's wait for batch k in the same C call (host time is the loader's cost
-                # in a host-bound step: docs/perf-notes.md v11)
-                if k + 1 >= n:
-                    nxt = None
-                elif ahead is not None:
-                    nxt = ahead.submit(self._on_device, prepare, k + 1)
-                else:
-                    nxt = prepare(k + 1, self._event_handles[k % 2])
-                if ahead is not None or nxt is None or nxt[0] is None:
-                    consumer.wait_event(ready)
-                if slot is not None:
-                    batch = self._graph.hand_out(slot)
-                else:
-                    for v in batch.values():
-                        # made on `side`, used on the consumer's stream: the allocator must not
-                        # hand the memory back to `side` before the consumer's work on it has run
-                        v.record_stream(consumer)
-                self._attach_task(batch, host_order, k)
+    def _iterate(self, pos: "Position"):
+        with self._batches.stream():
+            episodes, times = self._epoch_tables(pos)
+            # this iterator's order on the host (frame ids, task text), kept here: another iterator or
+            # loader.order(e) replaces the table's
+            host_order = self._table.host_order
+        run = self._batches.run(self._recipe, (episodes, times, host_order), pos.batch, pos.batches,
+                                self._table.host_samples, staged=self._host_plans)
+        with closing(run):
+            for k, batch in run:
+                self._ids.attach_task(batch, host_order, k, self.batch_size)
                 yield self._hand_over(batch, pos)
-        finally:
-            if graphed:
-                if self._graph is not None:
-                    self._graph.pending.clear()     # a prefetched batch nobody will take
-                self._graph_lock.release()
 
-    def _stager(self):
-        """The loader's thread for host-staged batches (made once, kept with the loader)."""
-        if self._ahead is None:
-            from concurrent.futures import ThreadPoolExecutor
-            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="robocache-batch")
-        return self._ahead
-
-    def _on_device(self, fn, *args):
-        with _torch().cuda.device(self.device):
-            return fn(*args)
-
-    def _capture(self, episodes, times, k: int) -> None:
-        """Capture the batch graph's slots over the static tables (after one eager batch: every
-        kernel loaded, every lazy table built); on failure, warn once and stay eager."""
-        from . import batch_graph
-        try:
-            if not batch_graph.supported():
-                raise RuntimeError(f"torch {_torch().__version__} lacks the storage use count or the raw graph "
-                                   "handle (torch >= 2.9 has both)")
-            try:
-                self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
-            except _torch().cuda.OutOfMemoryError:
-                # the memory pools of dead graphs (earlier loaders') go back to the device only when
-                # the allocator empties its cache, which it cannot do inside a capture (measured: 61
-                # GB of them on an H100 after one loader per epoch for a minute); once, not per batch
-                _torch().cuda.empty_cache()
-                self._graph = batch_graph.BatchGraph(self._make_batch, (episodes, times), self.batch_size)
-        except Exception as e:  # noqa: BLE001 - any capture failure: the eager path still works
-            self.cuda_graph = False
-            warn(f"robocache.DataLoader: CUDA graph capture failed ({type(e).__name__}: {e}); batches are made "
-                 "without it (cuda_graph=False silences this)", RuntimeWarning)
-            return
-        self._graph.reset(k)
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether full batches replay a captured CUDA graph (False after a failed capture)."""
+        return self._batches.graphs
 
     def __repr__(self) -> str:
         where = f"anchor={self.anchor!r}" if self.rate is None else f"rate={self.rate}"
@@ -610,41 +343,26 @@ class DataLoader:
                 f"shuffle={self.shuffle}, {where}, keys={list(self.windows)}, device {self.device})")
 
 
-class _Position:
-    """Where an iterator is (or the next one starts): ``epoch``; ``segments``, the earlier parts of the
-    epoch run at other world or batch sizes (``(world_size, batch_size, batches)``, elastic resume);
-    ``batch``, the batches handed over; ``batches``, how many this part of the epoch has."""
-
-    __slots__ = ("epoch", "segments", "batch", "batches")
-
-    def __init__(self, epoch: int, segments, batch: int, batches: int):
-        self.epoch, self.segments, self.batch, self.batches = epoch, [tuple(x) for x in segments], batch, batches
-
-
-def _count(state: Mapping, key: str, default=None, least: int = 0) -> int:
-    """``state[key]`` as an int >= ``least`` (an int or a NumPy integer, never a bool, float or str)."""
-    v = state.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
-        raise ValueError(f"load_state_dict: {key} must be an int >= {least}, got {v!r}")
-    return int(v)
+def _rank_share(dataset: Dataset, windows: Mapping, anchor, rate, rank: int, world: int, shard_episodes: bool):
+    """``(dataset, shard, held, whole)``: the dataset this rank holds; with ``shard_episodes`` the whole set's
+    split (shard.Shard), this rank's episodes in it, and the whole set when this loader cut it (an elastic
+    resume may need other ranks' episodes)."""
+    if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
+        return (dataset, *loaded_shard(dataset, anchor, rate, rank, world, shard_episodes), None)
+    if not shard_episodes:
+        return dataset, None, None, None
+    # at one rank too: a state saved at several ranks replays their shards (elastic resume)
+    names = list(dict.fromkeys(n for w in windows.values()
+                               for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
+    ds, shard, held = episode_shard(dataset, episode_counts(dataset, anchor, rate, names), rank, world)
+    return ds, shard, held, dataset
 
 
-def _segments(state: Mapping) -> list:
-    """``state["segments"]``: a list of ``[world_size, batch_size, batches]`` ints (world and batch
-    size >= 1)."""
-    raw = state.get("segments", [])
-    if not isinstance(raw, (list, tuple)):
-        raise ValueError(f"load_state_dict: segments must be a list of [world_size, batch_size, batches], "
-                         f"got {raw!r}")
-    out = []
-    for x in raw:
-        if not isinstance(x, (list, tuple)) or len(x) != 3:
-            raise ValueError(f"load_state_dict: segments must be a list of [world_size, batch_size, batches], "
-                             f"got {raw!r}")
-        w, b, k = x
-        out.append((_count({"segments": w}, "segments", least=1), _count({"segments": b}, "segments", least=1),
-                    _count({"segments": k}, "segments")))
-    return out
+def _warn_no_batches(loader: DataLoader) -> None:
+    # torch yields nothing here too, but a training loop that silently never steps is rarely meant
+    warn(f"robocache.DataLoader: drop_last=True with batch_size={loader.batch_size} and {loader.num_samples} "
+         f"samples per epoch{' on this rank' if loader.world_size > 1 else ''}: every epoch has 0 batches; "
+         f"use a batch_size <= {loader.num_samples} or drop_last=False")
 
 
 def lerobot_item(ds, i: int, delta_timestamps=None, tolerance_s: float = 1e-4) -> dict:

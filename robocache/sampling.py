@@ -1,4 +1,4 @@
-"""Samples and their order: the sample table, rank shards and each epoch's permutation.
+"""Samples and their order: the sample table and each epoch's permutation (of a rank's shard too).
 
 A sample is ``(episode, anchor time)``: the frames of one stream, or a uniform grid at ``rate`` Hz.
 The table is built once on the device. Each epoch's order is drawn on the host (a pure function
@@ -40,17 +40,6 @@ def distributed(rank, world_size) -> tuple[int, int]:
     return rank, world_size
 
 
-def _episode_weights(ds: Dataset, counts: np.ndarray) -> np.ndarray:
-    """What balances the ranks: the bytes of each episode's image frames where the dataset has image
-    streams (the memory a rank holds: a compressed frame's size varies with its content), else its
-    sample count."""
-    from .frames.store import FrameStore
-    image = [s for s in ds.streams.values() if isinstance(s.values, FrameStore)]
-    if not image:
-        return np.asarray(counts, np.int64)
-    return sum(s.values.episode_bytes(s._offsets_host) for s in image)
-
-
 def _wrap(idx, n: int):
     """The first n of idx repeated end to end (DistributedSampler's padding); idx[:n] when longer."""
     if idx.shape[0] >= n:
@@ -77,7 +66,7 @@ def _grid(ds: Dataset, names: list[str], rate: float):
     return first, counts
 
 
-def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
+def episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
     """Samples per episode, host int64 [E] (the loader's sample table before it is built)."""
     if rate is not None:
         return _grid(ds, [n for n in names if n in ds.streams], float(rate))[1]
@@ -85,73 +74,6 @@ def _episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
     if name not in ds.streams:
         raise KeyError(f"anchor: unknown stream {name!r}; the dataset has {sorted(ds.streams)}")
     return ds.streams[name].lengths
-
-
-class Shard:
-    """The split of a whole dataset's samples between ranks (the loader's ``shard_episodes``), kept so
-    that any world size's shards can be made again (elastic resume): samples per episode and what
-    balances the ranks, host int64 ``[E]``. Sample ids index the table of every episode's samples
-    back to back (episode-major)."""
-
-    def __init__(self, counts, weights):
-        self.counts = np.asarray(counts, np.int64)
-        self.weights = np.asarray(weights, np.int64)
-        self.start = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
-        self._plans: dict[int, list[np.ndarray]] = {}
-
-    @property
-    def n(self) -> int:
-        return int(self.start[-1])
-
-    def plan(self, world: int) -> list[np.ndarray]:
-        """Each rank's sample ids at ``world`` ranks (sorted; shard.rank_samples)."""
-        if world not in self._plans:
-            self._plans[world] = rank_samples(self.counts, self.weights, world)
-        return self._plans[world]
-
-    def episode_of(self, ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.start, ids, side="right") - 1
-
-
-def episode_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int):
-    """This rank's episodes of ``ds`` (``ds.subset``, which it keeps), the :class:`Shard` of the whole set
-    and the kept episodes' positions in ``ds`` (sorted)."""
-    counts = _episode_counts(ds, anchor, rate, names)
-    shard = Shard(counts, _episode_weights(ds, counts))
-    sizes = np.array([p.size for p in shard.plan(world)])
-    if sizes.max() and sizes.min() == 0:
-        raise ValueError(f"shard_episodes: {int((sizes == 0).sum())} of {world} ranks get no "
-                         f"samples ({len(ds)} episodes, {shard.n} samples); use shard_episodes=False")
-    held = np.unique(shard.episode_of(shard.plan(world)[rank]))
-    return (ds if held.size == len(ds) else ds.subset(held)), shard, held
-
-
-def loaded_shard(ds: Dataset, names: list[str], anchor, rate, rank: int, world: int, shard_episodes: bool):
-    """The :class:`Shard` of the whole set and the positions in it of ``ds``'s episodes, for a dataset
-    loaded as one rank's episodes (``ds.shard``, from_lerobot's ``shard_episodes``), after checking it
-    is this rank's and holds the samples its metadata listed."""
-    loaded = ds.shard
-    if (loaded.rank, loaded.world) != (rank, world):
-        raise ValueError(f"the dataset holds the episodes of rank {loaded.rank} of {loaded.world} (loaded with "
-                         f"shard_episodes) but this loader is rank {rank} of {world}")
-    if not shard_episodes:
-        raise ValueError("the dataset holds one rank's episodes (loaded with shard_episodes): pass "
-                         "shard_episodes=True to the DataLoader too")
-    if rate is not None or (anchor is not None and anchor != ds.anchor):
-        raise ValueError("a dataset loaded with shard_episodes counts each rank's samples as its metadata's rows "
-                         "(the default anchor): pass no anchor= or rate=, or load the whole set and let the "
-                         "loader shard it")
-    shard = Shard(loaded.counts, loaded.weights)
-    held = np.unique(shard.episode_of(shard.plan(world)[rank]))
-    here, listed = _episode_counts(ds, None, None, names), shard.counts[held]
-    if here.shape != listed.shape or (here != listed).any():
-        raise ValueError(f"shard_episodes: this rank holds {int(here.sum())} samples in {here.size} episodes but "
-                         f"the metadata listed {int(listed.sum())} in {listed.size} for its episodes (files "
-                         f"skipped, or rows that differ from the metadata); ranks would yield different batch "
-                         f"counts")
-    if min(loaded.samples) == 0:
-        raise ValueError(f"shard_episodes: {loaded.samples.count(0)} of {world} ranks get no samples")
-    return shard, held
 
 
 class Samples:
@@ -169,11 +91,11 @@ class Samples:
     """
 
     def __init__(self, ds: Dataset, names: list[str], anchor, rate, *, shuffle: bool, drop_last: bool, seed: int,
-                 sampler: Iterable[int] | None, rank: int, world_size: int, shard: Shard | None = None,
+                 sampler: Iterable[int] | None, rank: int, world_size: int, shard=None,
                  held: np.ndarray | None = None):
         self.shuffle, self.drop_last, self.seed, self.sampler = shuffle, drop_last, seed, sampler
         self.rank, self.world_size = rank, world_size
-        self.shard = shard                        # shard_episodes: the split of the whole set
+        self.shard = shard                        # shard_episodes: the split of the whole set (shard.Shard)
         self.device = ds.device
         self.episode, self.time = self._table(ds, names, anchor, rate)
         if shard is not None:
@@ -184,10 +106,16 @@ class Samples:
         self._host_table = None
 
     def host_table(self):
-        """``(episode, time)`` of every sample as host numpy (copied once, for the disk tier)."""
+        """``(episode, time)`` of every sample as host numpy (copied once)."""
         if self._host_table is None:
             self._host_table = (self.episode.cpu().numpy(), self.time.cpu().numpy())
         return self._host_table
+
+    def host_samples(self, rows):
+        """``(episode, time)`` of the samples ``rows`` (host indices) as host numpy: what a window that
+        stages on the host reads instead of the device's tables."""
+        ep, t = self.host_table()
+        return ep[rows], t[rows]
 
     @staticmethod
     def _table(ds: Dataset, names, anchor, rate):

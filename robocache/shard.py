@@ -1,13 +1,18 @@
-"""Which rank holds which episodes (``shard_episodes``): the heaviest episode first, each to the rank
-holding the least so far. Used by the loader (over a loaded dataset: the bytes of each episode's frames)
-and by ``Dataset.from_lerobot`` (before loading: rows x pixels per frame from the metadata), so each
-rank can read, decode and hold only its own episodes. Deterministic: every rank computes the same.
+"""Sharding, all of it: which rank holds which episodes (``shard_episodes``): the heaviest episode
+first, each to the rank holding the least so far. Used by the loader (over a loaded dataset: the bytes
+of each episode's frames) and by ``Dataset.from_lerobot`` (before loading: rows x pixels per frame from
+the metadata), so each rank can read, decode and hold only its own episodes. Deterministic: every rank computes the same.
 
 When whole episodes cannot balance the ranks (fewer or longer episodes than balance allows), the
 loader's shards split at sample granularity instead (``rank_samples``): the sample table cut into
 ``world`` equal runs, so an episode's samples may be shared by two ranks (each holds the whole episode,
 which its windows read around the anchor, and anchors only on its own run). An elastic resume cuts
-the samples an epoch has left the same way (sampling.Samples)."""
+the samples an epoch has left the same way (sampling.Samples orders each rank's run).
+
+Here: the split itself (``assign``, ``rank_samples``), a loader's shard of a loaded dataset
+(``episode_shard``) or of one loaded as a rank's episodes (``loaded_shard``), the episodes a resumed epoch
+needs (``held_for_rest``), and from_lerobot's choice of episodes to read (``lerobot_shard``). Nothing of
+robocache is imported at module level: the Dataset uses this file."""
 
 from __future__ import annotations
 
@@ -87,3 +92,115 @@ def rank_world(shard) -> tuple[int, int]:
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"shard_episodes: rank {rank} is not in [0, {world})")
     return rank, world
+
+
+def _episode_weights(ds, counts: np.ndarray) -> np.ndarray:
+    """What balances the ranks: the bytes of each episode's image frames where the dataset has image
+    streams (the memory a rank holds: a compressed frame's size varies with its content), else its
+    sample count."""
+    image = [s for s in ds.streams.values() if s.frames is not None]
+    if not image:
+        return np.asarray(counts, np.int64)
+    return sum(s.frames.episode_bytes(s._offsets_host) for s in image)
+
+
+
+class Shard:
+    """The split of a whole dataset's samples between ranks (the loader's ``shard_episodes``), kept so
+    that any world size's shards can be made again (elastic resume): samples per episode and what
+    balances the ranks, host int64 ``[E]``. Sample ids index the table of every episode's samples
+    back to back (episode-major)."""
+
+    def __init__(self, counts, weights):
+        self.counts = np.asarray(counts, np.int64)
+        self.weights = np.asarray(weights, np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._plans: dict[int, list[np.ndarray]] = {}
+
+    @property
+    def n(self) -> int:
+        return int(self.start[-1])
+
+    def plan(self, world: int) -> list[np.ndarray]:
+        """Each rank's sample ids at ``world`` ranks (sorted; shard.rank_samples)."""
+        if world not in self._plans:
+            self._plans[world] = rank_samples(self.counts, self.weights, world)
+        return self._plans[world]
+
+    def episode_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.start, ids, side="right") - 1
+
+
+def episode_shard(ds, counts, rank: int, world: int):
+    """This rank's episodes of ``ds`` (``ds.subset``, which it keeps), the :class:`Shard` of the whole set
+    and the kept episodes' positions in ``ds`` (sorted); ``counts``: the loader's samples per episode."""
+    shard = Shard(counts, _episode_weights(ds, counts))
+    sizes = np.array([p.size for p in shard.plan(world)])
+    if sizes.max() and sizes.min() == 0:
+        raise ValueError(f"shard_episodes: {int((sizes == 0).sum())} of {world} ranks get no "
+                         f"samples ({len(ds)} episodes, {shard.n} samples); use shard_episodes=False")
+    held = np.unique(shard.episode_of(shard.plan(world)[rank]))
+    return (ds if held.size == len(ds) else ds.subset(held)), shard, held
+
+
+def loaded_shard(ds, anchor, rate, rank: int, world: int, shard_episodes: bool):
+    """The :class:`Shard` of the whole set and the positions in it of ``ds``'s episodes, for a dataset
+    loaded as one rank's episodes (``ds.shard``, from_lerobot's ``shard_episodes``), after checking it
+    is this rank's and holds the samples its metadata listed."""
+    loaded = ds.shard
+    if (loaded.rank, loaded.world) != (rank, world):
+        raise ValueError(f"the dataset holds the episodes of rank {loaded.rank} of {loaded.world} (loaded with "
+                         f"shard_episodes) but this loader is rank {rank} of {world}")
+    if not shard_episodes:
+        raise ValueError("the dataset holds one rank's episodes (loaded with shard_episodes): pass "
+                         "shard_episodes=True to the DataLoader too")
+    if rate is not None or (anchor is not None and anchor != ds.anchor):
+        raise ValueError("a dataset loaded with shard_episodes counts each rank's samples as its metadata's rows "
+                         "(the default anchor): pass no anchor= or rate=, or load the whole set and let the "
+                         "loader shard it")
+    shard = Shard(loaded.counts, loaded.weights)
+    held = np.unique(shard.episode_of(shard.plan(world)[rank]))
+    here, listed = ds.streams[ds.anchor].lengths, shard.counts[held]
+    if here.shape != listed.shape or (here != listed).any():
+        raise ValueError(f"shard_episodes: this rank holds {int(here.sum())} samples in {here.size} episodes but "
+                         f"the metadata listed {int(listed.sum())} in {listed.size} for its episodes (files "
+                         f"skipped, or rows that differ from the metadata); ranks would yield different batch "
+                         f"counts")
+    if min(loaded.samples) == 0:
+        raise ValueError(f"shard_episodes: {loaded.samples.count(0)} of {world} ranks get no samples")
+    return shard, held
+
+
+def held_for_rest(table, whole, epoch: int, segments):
+    """``shard_episodes``, an epoch resumed at another world size (``segments``): the episodes (positions
+    in the whole set) this rank must hold for its run of the samples left as well as its shard's, or
+    None when the ``table`` (sampling.Samples) holds them already. ``whole``: the whole set, None for a
+    dataset loaded as one rank's episodes (which cannot read the others': an error)."""
+    if table.shard is None or not segments:
+        return None
+    need = table.needs(epoch, segments)
+    if np.isin(need, table.held).all():
+        return None
+    if whole is None:
+        raise ValueError("load_state_dict: the rest of this epoch, saved at another world or batch size, "
+                         "needs episodes this rank's dataset does not hold (it was loaded as one rank's "
+                         "episodes, from_lerobot's shard_episodes): resume at the saved world and batch "
+                         "size, or load the whole set and pass shard_episodes=True to the DataLoader")
+    return np.union1d(table.held, need)
+
+
+def lerobot_shard(path, shard_episodes, episodes, video_resize):
+    """(this rank's episodes, its :class:`LoadedShard`) of a LeRobot set, from its metadata: the
+    episodes holding the rank's samples (``rank_samples``: whole episodes, or runs of samples when whole
+    episodes cannot balance the ranks, an episode then read by the two ranks sharing it)."""
+    from .readers.lerobot import episode_weights
+    rank, world = rank_world(shard_episodes)
+    ids, rows, weights = episode_weights(path, episodes=episodes, video_resize=video_resize)
+    plan = rank_samples(rows, weights, world)
+    start = np.concatenate([[0], np.cumsum(rows)])
+    mine = [ids[i] for i in np.unique(np.searchsorted(start, plan[rank], side="right") - 1)]
+    if not mine:
+        raise ValueError(f"shard_episodes: rank {rank} of {world} gets none of the {len(ids)} episodes; "
+                         f"use fewer ranks or shard_episodes=False")
+    return mine, LoadedShard(rank, world, [int(p.size) for p in plan], np.asarray(rows, np.int64),
+                             np.asarray(weights, np.int64))

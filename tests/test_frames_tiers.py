@@ -244,4 +244,4 @@ def test_host_tier_epoch_without_sync(rng, tmp_path):
             n += 1
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert n == len(loader) and loader._graph is not None
+    assert n == len(loader) and loader._batches.graph is not None

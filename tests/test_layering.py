@@ -525,10 +525,7 @@ def test_only_the_video_layer_imports_video_libraries():
 # rooms by job (issue 29): no module takes another's private names; no library file too long to read
 
 # (importer, "module.name") allowed to cross a module boundary with a private name, and why
-PRIVATE_IMPORTS_ALLOWED = {
-    ("robocache.loader", "robocache.windows._plan"): "issue 29 item 3 turns window plans into classes",
-    ("robocache.loader", "robocache.windows._run_plan"): "issue 29 item 3 turns window plans into classes",
-}
+PRIVATE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 # modules whose underscore names are the package's own, not private to the module: the compiled
 # extension keeps its user API unprefixed and its package-internal entry points (_build_info,
 # _graph_launch, _host_register...) underscored, as CPython extensions do

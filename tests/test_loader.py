@@ -470,13 +470,13 @@ def test_bad_input(synth):
 
 def test_window_dtype_by_name(synth):
     """A window's dtype may be a torch dtype, its name or a NumPy dtype (the image window of a
-    BTCHW batch in bf16 is a common ask); anything else fails when the loader is built, naming the key."""
+    BTCHW batch in bf16 is a common ask); anything else fails when the Window is made, naming it."""
     for given, want in (("bfloat16", torch.bfloat16), ("torch.float16", torch.float16), (np.float64, torch.float64),
                         (torch.float32, torch.float32)):
         b = next(iter(DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", offsets=[0.0], dtype=given)})))
         assert b["x"].dtype == want
     for bad in ("floaty", 3, "Tensor"):
-        with pytest.raises(TypeError, match=r"windows\['x'\]: dtype must be a torch dtype"):
+        with pytest.raises(TypeError, match=r"Window\('joints'\): dtype must be a torch dtype"):
             DataLoader(synth, 4, shuffle=True, windows={"x": Window("joints", dtype=bad)})
 
 

@@ -171,7 +171,7 @@ def graph_windows():
 
 def from_slot(loader, batch) -> bool:
     """Whether the batch aliases one of the loader's graph slots (else it was made eagerly)."""
-    ptrs = {x.untyped_storage().data_ptr() for s in loader._graph.slots for x in s.outputs.tensors.values()}
+    ptrs = {x.untyped_storage().data_ptr() for s in loader._batches.graph.slots for x in s.outputs.tensors.values()}
     return all(x.untyped_storage().data_ptr() in ptrs for x in batch.values())
 
 
@@ -197,11 +197,11 @@ def test_graph_batches_equal_eager(pair):
     for epoch in range(2):
         for i, (x, y) in enumerate(zip(g, e)):
             same_batch(x, y)
-            if g._graph is not None and from_slot(g, x):
+            if g._batches.graph is not None and from_slot(g, x):
                 replayed += 1
             elif epoch == 1 and i < len(g) - 1:
                 raise AssertionError(f"batch {i} of epoch 1 was made eagerly")
-    assert e._graph is None
+    assert e._batches.graph is None
     assert replayed == 2 * (len(g) - 1) - 1     # all full batches but the first (the warm-up)
 
 
@@ -214,10 +214,10 @@ def test_graph_kept_batches_are_never_overwritten(pair):
     got = [b for _ in range(2) for b in g]
     want = [b for _ in range(2) for b in e]
     torch.cuda.synchronize()
-    assert len(got) == len(want) and len(g) > 2 * len(g._graph.slots)
+    assert len(got) == len(want) and len(g) > 2 * len(g._batches.graph.slots)
     for x, y in zip(got, want):
         same_batch(x, y)
-    assert 0 < sum(from_slot(g, b) for b in got) <= len(g._graph.slots)
+    assert 0 < sum(from_slot(g, b) for b in got) <= len(g._batches.graph.slots)
 
 
 def test_graph_views_and_in_place_writes(pair):
@@ -250,7 +250,7 @@ def test_graph_point_clouds_equal_eager(cloud_pair):
     replayed = 0
     for _ in range(2):
         for x, y in zip(g, e):
-            replayed += g._graph is not None and from_slot(g, x)
+            replayed += g._batches.graph is not None and from_slot(g, x)
             for k in x:
                 assert torch.equal(x[k], y[k]), k
     assert replayed >= len(g)
@@ -271,7 +271,7 @@ def test_graph_replay_waits_for_the_consumer(pair, sleep_cycles):
     torch.cuda._sleep(sleep_cycles)                   # the consumer busy
     late = {k: x.clone() for k, x in b.items()}       # queued behind the sleep
     del b
-    rest = [next(it) for _ in range(2 * len(g._graph.slots))]   # every slot rewritten meanwhile
+    rest = [next(it) for _ in range(2 * len(g._batches.graph.slots))]   # every slot rewritten meanwhile
     same_batch(late, want[0], strides=False)
     for i, x in enumerate(rest, start=1):
         same_batch(x, want[i], strides=False)
@@ -285,7 +285,7 @@ def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
     with pytest.warns(RuntimeWarning, match="torch >= 2.9") as caught:
         got = list(g)
     assert len(got) > 3 and len([w for w in caught if w.category is RuntimeWarning]) == 1   # tried once
-    assert g._graph is None and not g.cuda_graph
+    assert g._batches.graph is None and not g.cuda_graph
     for x, y in zip(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
 
@@ -307,7 +307,7 @@ def test_graph_capture_oom_empties_the_cache_once_and_retries(pair, monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         got = list(g)
-    assert len(calls) == 2 and len(emptied) == 1 and g._graph is not None and g.cuda_graph
+    assert len(calls) == 2 and len(emptied) == 1 and g._batches.graph is not None and g.cuda_graph
     for x, y in zip(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
 
@@ -327,7 +327,7 @@ def test_a_loader_per_epoch_under_a_memory_cap(pair):
             for _ in range(40):
                 g = DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows())
                 got = list(g)
-                assert g._graph is not None
+                assert g._batches.graph is not None
         for x, y in zip(got, want):
             same_batch(x, y)
     finally:
@@ -344,7 +344,7 @@ def test_graph_capture_without_host_sync(pair):
         n = sum(1 for _ in loader) + sum(1 for _ in loader)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert loader._graph is not None and n == 2 * len(loader)
+    assert loader._batches.graph is not None and n == 2 * len(loader)
 
 
 def test_graph_interrupted_iterators_and_resume(pair):
@@ -359,7 +359,7 @@ def test_graph_interrupted_iterators_and_resume(pair):
     other = iter(mk())                               # another loader's graph meanwhile
     next(other)
     second = iter(loader)                            # the graph is busy: eager, and a new epoch
-    assert loader._graph is not None
+    assert loader._batches.graph is not None
     nxt = next(second)
     del it                                           # frees the graph for the next iterator
     for x, y in zip(first, want[:4]):
@@ -418,7 +418,7 @@ def test_graph_teardown_waits_for_queued_replays(pair, sleep_cycles):
     torch.cuda._sleep(sleep_cycles)    # the consumer busy: the next replays queue behind it
     it = iter(loader)
     batch = next(it)                   # batch 0 handed over, batch 1 queued
-    side = loader._side
+    side = loader._batches.side
     assert not side.query(), "the replays should still be queued behind the sleep"
     del batch, it, loader
     gc.collect()

@@ -37,20 +37,20 @@ def build(ds, **windows):
 @pytest.mark.parametrize("dtype", [torch.int32, "int64", torch.uint8, torch.bool])
 def test_normalize_to_an_integer_dtype_raises(ds, norm, dtype):
     """The scaled values are floats in [-1, 1]: cast to int32 they were all 0 (and +-1), silently."""
-    with pytest.raises(ValueError, match=rf"windows\['j'\]: dtype torch\.\w+ with normalize='{norm}'.*floating"):
+    with pytest.raises(ValueError, match=rf"Window\('joints'\): dtype torch\.\w+ with normalize='{norm}'.*floating"):
         build(ds, j=Window("joints", normalize=norm, dtype=dtype))
     b = next(iter(build(ds, j=Window("joints", normalize=norm, dtype=torch.bfloat16))))   # a float dtype is fine
     assert b["j"].dtype == torch.bfloat16
 
 
 def test_btchw_images_to_an_integer_dtype_raise(ds):
-    with pytest.raises(ValueError, match=r"windows\['c'\]: dtype torch\.uint8 with layout='BTCHW'"):
+    with pytest.raises(ValueError, match=r"Window\('cam'\): dtype torch\.uint8 with layout='BTCHW'"):
         build(ds, c=Window("cam", layout="BTCHW", dtype=torch.uint8))
     assert next(iter(build(ds, c=Window("cam", dtype=torch.uint8))))["c"].dtype == torch.uint8   # BTHWC: stored
 
 
 def test_indices_are_whole_steps(ds):
-    with pytest.raises(ValueError, match=r"windows\['j'\]: indices are whole steps.*got 0\.5 in \[0, 0\.5\].*offsets="):
+    with pytest.raises(ValueError, match=r"Window\('joints'\): indices are whole steps.*got 0\.5 in \[0, 0\.5\].*offsets="):
         build(ds, j=Window("joints", indices=[0, 0.5]))
     for ok in (range(3), [0, 1, 2], np.arange(3), np.array([0.0, 1.0, 2.0]), torch.arange(3)):
         loader = build(ds, j=Window("joints", indices=ok, rate=50))
@@ -67,7 +67,7 @@ def test_indices_are_whole_steps(ds):
     ("indices", [[0, 1]], ValueError, r"indices must be a non-empty list"),
 ])
 def test_offsets_and_indices_must_be_lists(ds, arg, value, error, match):
-    with pytest.raises(error, match=r"windows\['j'\]: .*" + match):
+    with pytest.raises(error, match=r"Window\('joints'\): .*" + match):
         build(ds, j=Window("joints", **{arg: value}))
 
 
@@ -79,8 +79,36 @@ def test_offsets_and_indices_must_be_lists(ds, arg, value, error, match):
     ((0, 8), ValueError, r"resize must be \(H, W\) > 0, got \(0, 8\)"),
 ])
 def test_resize_is_two_positive_ints(ds, resize, error, match):
-    with pytest.raises(error, match=r"windows\['c'\]: .*" + match):
+    with pytest.raises(error, match=r"Window\('cam'\): .*" + match):
         build(ds, c=Window("cam", resize=resize))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(pad="reflect"), ValueError, r"pad 'reflect' is not one of"),
+    (dict(offsets=[0.0], indices=[0]), ValueError, r"not both"),
+    (dict(offsets=[]), ValueError, r"offsets must be a non-empty list"),
+    (dict(indices=[0, 1], rate=-2.0), ValueError, r"indices need a positive rate \(Hz\), got -2\.0"),
+    (dict(mode="cubic"), ValueError, r"mode 'cubic' is not one of"),
+    (dict(mode={"other": "nearest"}), ValueError, r"mode names streams not in this window: \['other'\]"),
+    (dict(layout="NCHW"), ValueError, r"layout 'NCHW' is not one of"),
+    (dict(resize=(0, 8)), ValueError, r"resize must be \(H, W\) > 0"),
+    (dict(dtype="floaty"), TypeError, r"dtype must be a torch dtype"),
+    (dict(normalize="zscore"), ValueError, r"normalize 'zscore' is not one of"),
+    (dict(normalize="min_max", dtype=torch.int32), ValueError, r"dtype torch\.int32 with normalize='min_max'"),
+    (dict(voxel=[1, 2]), TypeError, r"voxel must be a dict"),
+    (dict(voxel={"grid": 4, "colour": 1}), ValueError, r"voxel has unknown keys \['colour'\]"),
+])
+def test_window_checks_its_arguments_when_made(kwargs, error, match):
+    """What needs no dataset is checked by Window itself, at construction, naming the Window."""
+    with pytest.raises(error, match=r"Window\('joints'\): .*" + match):
+        Window("joints", **kwargs)
+
+
+def test_window_changed_after_it_was_made_is_checked_by_the_loader(ds):
+    w = Window("joints")
+    w.pad = "reflect"
+    with pytest.raises(ValueError, match=r"Window\('joints'\): pad 'reflect'"):
+        build(ds, j=w)
 
 
 def test_resize_takes_numpy_ints(ds):

@@ -172,11 +172,12 @@ def test_show_frames_evenly_spaced(ds):
 
 
 def test_show_frames_at_times_nearest(ds):
-    # frames at 0.0, 0.1, ...: 0.04 -> 0.0; 0.05 is a tie -> the later frame (resample nearest); far -> last
-    fig = viz.show_frames(ds, "camera", 0, times=[0.04, 0.05, 0.33, 99.0])
-    assert [a.get_title() for a in fig.axes] == ["t=0.000 s", "t=0.100 s", "t=0.300 s", "t=0.900 s"]
+    # frames at 0.0, 0.1, ...: 0.06 -> 0.1; 0.05 is a tie -> the earlier frame (resample nearest, LeRobot's
+    # rule); far -> last
+    fig = viz.show_frames(ds, "camera", 0, times=[0.06, 0.05, 0.33, 99.0])
+    assert [a.get_title() for a in fig.axes] == ["t=0.100 s", "t=0.000 s", "t=0.300 s", "t=0.900 s"]
     v, _ = ds.streams["camera"].episode(0)
-    np.testing.assert_array_equal(np.asarray(fig.axes[1].get_images()[0].get_array()), v[1].numpy())
+    np.testing.assert_array_equal(np.asarray(fig.axes[1].get_images()[0].get_array()), v[0].numpy())
     fig = viz.show_frames(ds, "camera", 0, times=0.2)
     assert len(fig.axes) == 1
 

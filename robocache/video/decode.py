@@ -70,10 +70,12 @@ def make_jobs(sources, counts, offsets, fps, parts: int = 1) -> list[Job]:
     jobs as do not overlap (one per file, unless a span is asked for twice). ``offsets``: each source's
     first store row; ``fps``: per source, its file's frame rate (for the span rule).
 
-    ``parts``: the decoders that will run at once. While there are fewer jobs, the largest job holding
-    several spans is cut in two at a span boundary (each half seeks to its own first span): a LeRobot v3.0
-    set keeps many episodes in a few large mp4s (500 MB each by default), and one decoder per file would
-    leave most cores idle. Every frame is still decoded once, plus at most a GOP before each cut."""
+    ``parts``: the decoders that will run at once. While there are fewer than ``4 * parts`` jobs, the largest
+    job holding several spans is cut in two at a span boundary (each half seeks to its own first span): a
+    LeRobot v3.0 set keeps many episodes in a few large mp4s (500 MB each by default), and one decoder per
+    file would leave most cores idle; a few jobs per decoder keep them busy to the end (3 jobs on 2
+    decoders left one idle for a third of the load). Every frame is still decoded once, plus at most a GOP
+    before each cut. Jobs come largest first, so the last ones to start are short."""
     by_file: dict = {}
     for i, s in enumerate(sources):
         by_file.setdefault((s.path, s.stream), []).append(i)
@@ -90,7 +92,7 @@ def make_jobs(sources, counts, offsets, fps, parts: int = 1) -> list[Job]:
             else:
                 home.append(i)
         jobs.extend(groups)
-    while len(jobs) < parts:
+    while len(jobs) < 4 * parts and parts > 1:
         cuttable = [g for g in jobs if len(g) > 1]
         if not cuttable:
             break
@@ -98,6 +100,7 @@ def make_jobs(sources, counts, offsets, fps, parts: int = 1) -> list[Job]:
         n = np.cumsum([counts[i] for i in g])
         cut = int(np.clip(np.searchsorted(n, n[-1] / 2), 0, len(g) - 2)) + 1
         jobs[jobs.index(g):jobs.index(g) + 1] = [g[:cut], g[cut:]]
+    jobs.sort(key=lambda g: -sum(counts[i] for i in g))
     return [Job([sources[i] for i in g], [counts[i] for i in g], [offsets[i] for i in g], g, fps[g[0]])
             for g in jobs]
 

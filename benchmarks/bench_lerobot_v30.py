@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -101,6 +102,15 @@ def main(argv=None) -> int:
     layouts = [("v2.1", v21, episodes), ("v3.0", v30, episodes)]
     if args.recorded and (DATA / "cr5_v30").is_dir():
         layouts.append(("v3.0 recorded", DATA / "cr5_v30", episodes))
+    try:
+        rows = run_all(args, layouts, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)     # a converted set and a cache per case: GBs
+    report(args, rows)
+    return 0
+
+
+def run_all(args, layouts, work) -> list:
     rows = []
     for tier in args.tiers.split(","):
         for name, path, eps in layouts:
@@ -114,6 +124,10 @@ def main(argv=None) -> int:
                          "cold_s": med(cold, "seconds"), "reload_s": med(warm, "seconds"),
                          "cold_rss_mb": med(cold, "rss_mb"), "cold_child_rss_mb": med(cold, "child_rss_mb"),
                          "reload_rss_mb": med(warm, "rss_mb"), "runs": {"cold": cold, "reload": warm}})
+    return rows
+
+
+def report(args, rows) -> None:
     base = {(r["tier"]): r for r in rows if r["layout"] == "v2.1"}
     print(f"# LeRobot v3.0 vs v2.1, {args.episodes} CR5 episodes (480x640 AV1), {gpu_name()}, "
           f"{os.cpu_count()} cores, {platform.python_version()}")
@@ -128,7 +142,6 @@ def main(argv=None) -> int:
               f"{r['reload_s'] / b['reload_s']:.2f} |")
     if args.json:
         args.json.write_text(json.dumps({"gpu": gpu_name(), "cores": os.cpu_count(), "rows": rows}, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -555,7 +555,7 @@ def clear(names=None, *, all: bool = False) -> list[str]:
             if not hit:
                 raise KeyError(f"no cache entry matches {want!r} in {root}")
             chosen |= hit
-    kept = set()
+    failed: list[tuple[Path, OSError]] = []
     for p in (sorted(root.iterdir()) if root.is_dir() else ()):
         # all: every file, lock files and leftovers of crashed builds too; else the entry's files
         # (its lock stays: another process may hold it)
@@ -565,9 +565,12 @@ def clear(names=None, *, all: bool = False) -> list[str]:
             except FileNotFoundError:
                 pass
             except OSError as e:
-                kept.add(p.name.split(".", 1)[0])
-                warn(f"robocache could not remove {p} ({e.strerror or e})")
-    return sorted(chosen - kept)
+                failed.append((p, e))
+    if failed:
+        p, e = failed[0]
+        warn(f"robocache could not remove {len(failed)} files of its cache in {root}, e.g. {p} "
+             f"({e.strerror or e}); the cache dir is read-only or another user's")
+    return sorted(chosen - {p.name.split(".", 1)[0] for p, _ in failed})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -77,9 +77,10 @@ def check_template(tmpl: str, name: str, major: int, path: Path) -> None:
         if field not in allowed:
             raise ReaderError(f"{path}: {name} {tmpl!r} has the field {{{field}}}; a LeRobot v{major} {name} "
                               f"may use {', '.join('{' + f + '}' for f in allowed)}")
+        spec = spec or ""
         if conversion or not _plain_spec(spec):
-            raise ReaderError(f"{path}: {name} {tmpl!r} formats {{{field}}} with "
-                              f"{'!' + conversion if conversion else ':' + spec!r}; LeRobot writes specs like "
+            how = f"!{conversion}" if conversion else f":{spec}"
+            raise ReaderError(f"{path}: {name} {tmpl!r} formats {{{field}}} with '{how}'; LeRobot writes specs like "
                               f"':06d' (a zero-padded width of at most {MAX_WIDTH} digits)")
 
 

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,6 +55,41 @@ class CacheError(OSError):
 
 class InvalidEntry(Exception):
     """An entry that must not be read as data; the message says why."""
+
+
+class ForeignEntry(InvalidEntry):
+    """An entry whose files another user owns: not read, and not removed (it is not ours to remove)."""
+
+
+#: what a damaged JSON raises from json.loads or from reading its numbers: deep nesting
+#: (RecursionError), 1e400 (inf: OverflowError in int()), wrong types
+BAD_JSON = (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError)
+
+#: set to 1 to read entries other users' files make up (a cache dir shared with users you trust)
+TRUST_OTHERS_ENV = "ROBOCACHE_CACHE_TRUST_OTHERS"
+
+
+def user_id() -> int:
+    """The user whose entries are trusted (the effective uid; tests replace it)."""
+    return os.geteuid()
+
+
+def check_owner(paths) -> None:
+    """ForeignEntry unless every existing file of ``paths`` belongs to this user or
+    ROBOCACHE_CACHE_TRUST_OTHERS=1: in a cache dir others can write to, another user could plant frames
+    for your dataset with a recomputed checksum (the checksum guards against damage, not against people)."""
+    if os.environ.get(TRUST_OTHERS_ENV) == "1" or not hasattr(os, "geteuid"):
+        return
+    me = user_id()
+    for p in paths:
+        try:
+            uid = os.stat(p).st_uid
+        except FileNotFoundError:
+            continue
+        if uid != me:
+            raise ForeignEntry(f"owned by uid {uid}, not by this user (uid {me}); robocache reads only its own "
+                               f"user's entries (set {TRUST_OTHERS_ENV}=1 to trust a cache dir shared with users "
+                               f"you trust)")
 
 
 def cache_dir() -> Path:
@@ -199,7 +235,7 @@ class Entry:
         try:
             import fcntl
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)   # the umask decides, as for every file
         except (ImportError, OSError):
             yield
             return
@@ -216,6 +252,7 @@ class Entry:
             raw = self.meta_path.read_bytes()
         except NotADirectoryError as e:  # the cache dir is a file: there is no entry
             raise FileNotFoundError(str(e)) from None
+        check_owner((self.meta_path, self.data_path, self.times_path, self.offsets_path))
         try:
             meta = json.loads(raw.decode("utf-8"))
             if not isinstance(meta, dict):
@@ -224,7 +261,7 @@ class Entry:
             m_key, m_spec = meta["key"], meta["spec"]
             m_counts = np.asarray(meta["counts"], dtype=np.int64)
             total, frame_bytes, digest = int(meta["total_bytes"]), int(m_spec["frame_bytes"]), meta["checksum"]
-        except (ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError and JSONDecodeError included
+        except BAD_JSON as e:  # UnicodeDecodeError and JSONDecodeError included
             raise InvalidEntry(f"corrupted metadata ({type(e).__name__}: {e})") from None
         if version != FORMAT_VERSION:
             raise InvalidEntry(f"written by cache format {version}, this robocache reads {FORMAT_VERSION}")
@@ -270,10 +307,17 @@ class Entry:
             meta["offsets"] = offsets   # in memory only: the loader needs them
         return meta, times
 
-    def remove(self) -> None:
+    def remove(self) -> OSError | None:
+        """Deletes the entry's files; the error where one could not be (a read-only or another user's
+        cache dir), else None. The JSON goes first: whatever stays is no entry."""
         for p in (self.meta_path, self.data_path, self.times_path, self.offsets_path):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                return e
+        return None
 
 
 def lookup(entry: Entry, paths, options: dict, *, spec: dict | None, counts, redo: str):
@@ -285,9 +329,14 @@ def lookup(entry: Entry, paths, options: dict, *, spec: dict | None, counts, red
         return entry.validate(key, spec=spec, counts=counts)
     except FileNotFoundError:
         return None
+    except ForeignEntry as e:
+        warn(f"robocache cache entry {entry.meta_path} is {e}; {redo} without it")
+        return None
     except InvalidEntry as e:
-        warn(f"robocache cache entry {entry.meta_path} is {e}; {redo} again and rebuilding it")
-        entry.remove()
+        failed = entry.remove()
+        # a read-only or another user's cache dir: the entry is skipped, the load goes on
+        warn(f"robocache cache entry {entry.meta_path} is {e}; " + (f"{redo} again and rebuilding it" if failed is None
+             else f"{redo} without it (it cannot be removed: {failed.strerror or failed})"))
         return None
     except OSError as e:  # unreadable cache dir: go on without it
         warn(f"robocache cannot read its cache in {entry.root} ({e}); {redo}")
@@ -299,11 +348,12 @@ def peek(entry: Entry, paths, options: dict) -> dict | None:
     format, the key of the sources as they are now), without reading its data or checksum: the memory
     plan's spec and counts on a reload, before the load validates the entry itself. None otherwise."""
     try:
+        check_owner((entry.meta_path,))
         meta = json.loads(entry.meta_path.read_bytes().decode("utf-8"))
         if (isinstance(meta, dict) and meta.get("version") == FORMAT_VERSION and meta.get("complete") is True
                 and meta.get("key") == entry_key(stat_sources(paths), options)):
             return meta
-    except (OSError, ValueError):
+    except (OSError, InvalidEntry, *BAD_JSON):
         pass
     return None
 
@@ -339,7 +389,7 @@ class EntryWriter:
         self._offsets_tmp = self.root / f"{name}.offsets{tag}.npy"
         self._committed = False
         self.dfd = -1
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)   # the umask decides
         try:
             free = shutil.disk_usage(self.root).free
             if free < self.nbytes:
@@ -404,11 +454,12 @@ class EntryWriter:
         with contextlib.suppress(FileNotFoundError):
             (self.root / f"{self.name}.json").unlink()
         os.replace(self.path, final)
+        self.path = final       # where the data is now, whatever fails next (the caller may map it)
         os.replace(self._times_tmp, self.root / f"{self.name}.times.npy")
         if offsets is not None:
             os.replace(self._offsets_tmp, self.root / f"{self.name}.offsets.npy")
         os.replace(self._meta_tmp, self.root / f"{self.name}.json")
-        self.path, self._committed = final, True
+        self._committed = True
         return final
 
     def _close_fds(self) -> None:
@@ -472,18 +523,25 @@ def list_entries() -> list[dict]:
         if p.name == f"{name}.json":
             try:
                 meta = json.loads(p.read_text())
-                e.update(frames=int(meta.get("frames", 0)), created=meta.get("created"),
-                         sources=[s["path"] for s in meta.get("sources", [])],
-                         status="ok" if meta.get("complete") is True else "incomplete")
-            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                summary = dict(frames=int(meta.get("frames", 0)), created=_text(meta.get("created")),
+                               sources=[_text(s["path"]) for s in meta.get("sources", [])],
+                               status="ok" if meta.get("complete") is True else "incomplete")
+            except (OSError, *BAD_JSON):    # whatever the JSON holds, the listing goes on
                 e["status"] = "corrupted"
+            else:
+                e.update(summary)
     return list(names.values())
+
+
+def _text(value) -> str | None:
+    return value if value is None or isinstance(value, str) else repr(value)[:80]
 
 
 def clear(names=None, *, all: bool = False) -> list[str]:
     """Removes entries: ``all=True`` every one (lock files included), else those whose name is in
     ``names`` or starts with one of them (the hash part alone also matches). Returns the removed names;
-    KeyError naming what matched nothing."""
+    KeyError naming what matched nothing. A file that cannot be removed is warned about (CacheWarning,
+    naming it and why) and its entry left out of the names returned."""
     root = frames_dir()
     if not all and not names:
         raise ValueError("clear: pass entry names, or all=True")
@@ -497,13 +555,22 @@ def clear(names=None, *, all: bool = False) -> list[str]:
             if not hit:
                 raise KeyError(f"no cache entry matches {want!r} in {root}")
             chosen |= hit
-    for p in (root.iterdir() if root.is_dir() else ()):
+    failed: list[tuple[Path, OSError]] = []
+    for p in (sorted(root.iterdir()) if root.is_dir() else ()):
         # all: every file, lock files and leftovers of crashed builds too; else the entry's files
         # (its lock stays: another process may hold it)
         if all or (p.name.split(".", 1)[0] in chosen and p.suffix != ".lock"):
-            with contextlib.suppress(OSError):
+            try:
                 p.unlink()
-    return sorted(chosen)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                failed.append((p, e))
+    if failed:
+        p, e = failed[0]
+        warn(f"robocache could not remove {len(failed)} files of its cache in {root}, e.g. {p} "
+             f"({e.strerror or e}); the cache dir is read-only or another user's")
+    return sorted(chosen - {p.name.split(".", 1)[0] for p, _ in failed})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,10 +612,14 @@ def main(argv=None) -> int:
         parser.error("clear: name entries to remove, or pass --all")
     if args.all and args.names:
         parser.error("clear: pass --all or names, not both")
+    before = {e["name"]: e for e in list_entries()}
     try:
         removed = clear(args.names, all=args.all)
     except KeyError as e:
-        print(f"error: {e.args[0]}", file=__import__("sys").stderr)
+        print(f"error: {e.args[0]}", file=sys.stderr)
         return 1
-    print(f"removed {len(removed)} entries" + (": " + ", ".join(removed) if removed else ""))
+    for name in removed:
+        e = before[name]
+        print(f"removed {name} ({e['status']}, {e['frames']} frames, {human_bytes(e['bytes'])})")
+    print(f"removed {len(removed)} entries, {human_bytes(sum(before[n]['bytes'] for n in removed))}, from {frames_dir()}")
     return 0

@@ -391,8 +391,8 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
             cache_path = commit(writer, entry, paths, stats, options, spec, counts, times, tier)
         if tier == "disk":
             data = map_file(torch, cache_path or writer.path, spec, n_total)
-            if cache_path is None:
-                writer.abort()  # cache=False: a file of our own, gone from the directory once mapped
+        if cache_path is None:
+            writer.abort()  # cache=False or not kept: a file of our own, gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
                     cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
 

@@ -48,6 +48,7 @@ class Need:
     frame_bytes: int
     height: int = 0
     width: int = 0
+    cached: bool = False   # its decoded frames are in the cache already: the disk tier writes nothing
 
     @property
     def nbytes(self) -> int:
@@ -154,12 +155,14 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
         for t in tiers:
             size = need.bytes_in(t)
             pools = ("host", "disk") if t == "compressed" else ("host" if cpu and t == "device" else t,)
-            pool = next((p for p in pools if size <= left[p]), None)
+            # a cached stream's disk tier maps the entry that is there: no disk space to find
+            need_of = {p: 0 if p == "disk" and t == "disk" and need.cached else size for p in pools}
+            pool = next((p for p in pools if need_of[p] <= left[p]), None)
             # every tier but the GPU's maps its bytes into this process: RLIMIT_AS counts them
             mapped = cpu or t != "device"
             if pool is not None and (t != "compressed" or need.height * need.width > 0) \
                     and (not mapped or size <= left["address"]):
-                left[pool] -= size
+                left[pool] -= need_of[pool]
                 if mapped:
                     left["address"] -= size
                 out[need.name] = "cpu" if cpu and t in ("device", "host") else t

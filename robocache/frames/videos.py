@@ -31,8 +31,9 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
     if check is not None:
         for k, (_, counts, _) in probed.items():
             check(k, counts)
-    needs = [Need(k, int(counts.sum()), spec.frame_bytes, spec.height, spec.width)
-             for k, (spec, counts, _) in probed.items()]
+    # infos None: the layout came from a current cache entry (see _layout)
+    needs = [Need(k, int(counts.sum()), spec.frame_bytes, spec.height, spec.width, cached=infos is None)
+             for k, (spec, counts, infos) in probed.items()]
     b = budgets(device, device_memory=device_memory, host_memory=host_memory,
                 other_device_bytes=other_device_bytes)
     tiers = plan(needs, frames, b, device=device, hint=f"{source}: " if source else "")

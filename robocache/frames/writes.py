@@ -114,24 +114,20 @@ def stat_or_none(paths):
 
 def commit(writer, entry, paths, sources, options, spec, counts, times, tier):
     """Commits the writer's file as the cache entry; returns its path, or None (warned) where it is
-    not kept: no entry asked for, a source changed while it was decoded, the commit failed (tier
-    "disk": CacheError). An entry not kept is removed, except tier disk's file (the caller maps it)."""
+    not kept: no entry asked for, a source changed while it was decoded, the commit failed (a full disk).
+    An entry not kept never fails the load: its file stays at ``writer.path`` with every frame in it
+    (the disk tier and the decode processes' tiers map it), and the caller aborts the writer once done."""
     if entry is None:
         return None
     if stat_or_none(paths) != sources:
         _cache.warn("robocache did not keep a cache entry: a source file changed while it was decoded")
-        if tier != "disk":
-            writer.abort()
         return None
     try:
         all_times = np.concatenate(times) if times else np.zeros(0)
         return str(writer.commit(key=_cache.entry_key(sources, options), spec=spec.to_dict(), counts=counts,
                                  times=all_times, sources=sources, options=options))
     except OSError as e:
-        writer.abort()
-        if tier == "disk":
-            raise _cache.CacheError(e.errno, f"tier='disk' could not finish its cache file in {writer.root} ({e})") from e
-        _cache.warn(f"robocache could not write its cache in {writer.root} ({e}); going on without it")
+        _cache.warn(f"robocache could not write its cache in {writer.root} ({e.strerror or e}); going on without it")
         return None
 
 

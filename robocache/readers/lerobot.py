@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ._common import Episodes, ReaderError, check_times, infer_kind, require
+from .lerobot_info import check_fps, check_info, check_template, inside, unlisted_videos
 from ..video import VideoSource
 from ..video.images import decode_images
 
@@ -254,12 +255,10 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     root, info_path, info, major = _open_info(path)
     if annotations not in ("text", "index"):
         raise ValueError(f"annotations must be 'text' or 'index', got {annotations!r}")
-    try:
-        fps = float(info["fps"])
-        data_tmpl = info["data_path"]
-    except (KeyError, TypeError, ValueError):
-        raise ReaderError(f"{info_path}: needs 'fps' and 'data_path'") from None
+    fps, data_tmpl = float(info["fps"]), info["data_path"]   # checked by _open_info
     features = info.get("features") or {}
+    if load_video:
+        unlisted_videos(root, features, info_path)
     chunks_size = int(info.get("chunks_size") or 1000)
     workers = max_workers or min(16, os.cpu_count() or 1)
 
@@ -275,6 +274,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     out_eps, tasks = [], []
     kinds, rates, names = {}, {}, {}
     first_index = {}  # episode -> its first row's dataset-wide index (LeRobot's `index` column)
+    all_times = []
     for e in selected:
         t, f = rows[e]
         where = f"{f}, episode {e}"
@@ -282,6 +282,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
             raise ReaderError(f"{f}: no 'timestamp' column")
         times = _column_to_numpy(t.column("timestamp"), "timestamp", None, where).astype(np.float64)
         check_times(times, where)
+        all_times.append(times)
         if major == 2 and table[e]["length"] >= 0 and table[e]["length"] != len(times):
             warnings.warn(f"{where}: {len(times)} rows, the episode metadata says {table[e]['length']}",
                           stacklevel=2)
@@ -307,6 +308,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
         tasks.append(table[e]["tasks"])
         if "index" in t.column_names and t.num_rows:
             first_index[e] = int(t.column("index")[0].as_py())
+    check_fps(fps, all_times, info_path)
 
     # --- GR00T modality sub-keys: sliced copies sharing the parent's times
     aliases = read_modality(root)
@@ -413,16 +415,19 @@ def _video_sources(root, info, info_path, table, selected, major, chunks_size, f
 
 
 def _video_path(root: Path, info: dict, table: dict, e: int, key: str, major: int, chunks_size: int) -> Path:
-    tmpl = info["video_path"]
+    tmpl, info_path = info["video_path"], root / "meta" / "info.json"
+    what = f"video_path for feature '{key}', episode {e}"
     if major == 2:
-        return root / tmpl.format(episode_chunk=e // chunks_size, video_key=key, episode_index=e)
+        return inside(root, tmpl.format(episode_chunk=e // chunks_size, video_key=key, episode_index=e), what,
+                      info_path)
     row = table[e]["row"]
     try:
-        return root / tmpl.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
-                                  file_index=int(row[f"videos/{key}/file_index"]))
+        rel = tmpl.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
+                          file_index=int(row[f"videos/{key}/file_index"]))
     except (KeyError, TypeError, ValueError):
         raise ReaderError(f"{root / 'meta' / 'episodes'}: episode {e} has no videos/{key}/chunk_index and "
                           f"file_index") from None
+    return inside(root, rel, what, info_path)
 
 
 def _episode_rows(root: Path, table: dict, selected: list, major: int, workers: int) -> dict:
@@ -545,8 +550,12 @@ def _open_info(path):
     info_path = root / "meta" / "info.json"
     if not info_path.is_file():
         raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")
-    info = load_json(info_path)
-    return root, info_path, info, _version(info, info_path)
+    info = check_info(load_json(info_path), info_path)
+    major = _version(info, info_path)
+    for name in ("data_path", "video_path"):
+        if info.get(name) is not None:
+            check_template(info[name], name, major, info_path)
+    return root, info_path, info, major
 
 
 def _select(root: Path, table: dict, episodes) -> list:
@@ -573,13 +582,14 @@ def _select(root: Path, table: dict, episodes) -> list:
 def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_size: int) -> dict:
     """{episode: {"length", "tasks", "data" (its parquet file), "row" (v3: the metadata row)}} from the
     episode metadata (v2.x episodes.jsonl, v3.0 meta/episodes parquet files)."""
+    info_path = root / "meta" / "info.json"
     if major == 2:
-        ep_rows = load_jsonl(root / "meta" / "episodes.jsonl")
         table = {}
-        for r in ep_rows:
-            e = int(r["episode_index"])
+        for n, r in enumerate(load_jsonl(root / "meta" / "episodes.jsonl"), 1):
+            e = _episode_index(r, root / "meta" / "episodes.jsonl", n)
             table[e] = {"length": int(r.get("length", -1)), "tasks": list(r.get("tasks") or []),
-                        "data": root / data_tmpl.format(episode_chunk=e // chunks_size, episode_index=e)}
+                        "data": inside(root, data_tmpl.format(episode_chunk=e // chunks_size, episode_index=e),
+                                       f"data_path for episode {e}", info_path)}
     else:
         ep_files = sorted((root / "meta" / "episodes").glob("**/*.parquet"))
         if not ep_files:
@@ -590,10 +600,22 @@ def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_si
             for i, e in enumerate(t["episode_index"]):
                 row = {k: v[i] for k, v in t.items()}
                 table[int(e)] = {"length": int(row.get("length", -1)), "tasks": list(row.get("tasks") or []),
-                                 "data": root / data_tmpl.format(chunk_index=int(row["data/chunk_index"]),
-                                                                 file_index=int(row["data/file_index"])),
+                                 "data": inside(root, data_tmpl.format(chunk_index=int(row["data/chunk_index"]),
+                                                                       file_index=int(row["data/file_index"])),
+                                                f"data_path for episode {e}", info_path),
                                  "row": row}
     return table
+
+
+def _episode_index(row, path: Path, line: int) -> int:
+    """A v2.x episodes.jsonl row's ``episode_index`` (a non-negative integer), or ReaderError naming the
+    file and line."""
+    e = row.get("episode_index") if isinstance(row, dict) else None
+    if isinstance(e, bool) or not isinstance(e, int) or e < 0:
+        got = "no 'episode_index'" if e is None else f"episode_index {e!r}"
+        raise ReaderError(f"{path}: entry {line} has {got}; each line is an object with a non-negative integer "
+                          f"'episode_index'")
+    return e
 
 
 def episode_weights(path, *, episodes=None, video_resize=None):

@@ -108,9 +108,12 @@ def test_a_killed_job_leaves_the_next_load_free(files, cache_env, sig, tmp_path)
     env = dict(os.environ, ROBOCACHE_CACHE_DIR=str(cache_env), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, text=True)
     assert p.stdout.readline().strip() == "start"
-    time.sleep(3)                                          # decoding, in processes, under the entry's lock
-    children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    children, deadline = [], time.monotonic() + 60
+    while len(children) < 2 and time.monotonic() < deadline:   # decoding, in processes, under the lock
+        time.sleep(0.5)
+        children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
     assert children, "the ingest runs no decode process"
+    time.sleep(1)
     p.send_signal(sig)
     p.wait(timeout=30)
     time.sleep(1)

@@ -36,8 +36,8 @@ from .batches import CpuBatches, CudaBatches
 from .dataset import Dataset
 from .identity import IDENTITY, Identity, identity_keys
 from .resume import Position, resume_point, saved_state
-from .sampling import Samples, distributed, episode_counts
-from .shard import episode_shard, held_for_rest, loaded_shard
+from .sampling import Samples, episode_counts
+from .shard import distributed, episode_shard, held_for_rest, loaded_shard
 from .user_warning import warn
 from .plans import BatchPlan
 from .windows import Window

@@ -24,22 +24,6 @@ def epoch_seed(seed: int, epoch: int, *more: int) -> int:
     return int(s[0]) | (int(s[1] & 0x7FFFFFFF) << 32)
 
 
-def distributed(rank, world_size) -> tuple[int, int]:
-    """(rank, world size): as given, else torch.distributed's when initialized, else (0, 1)."""
-    torch = _torch()
-    if rank is None and world_size is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-    if rank is None or world_size is None:
-        raise ValueError("rank and world_size: give both or neither (neither: torch.distributed's)")
-    rank, world_size = int(rank), int(world_size)
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
-    return rank, world_size
-
-
 def _wrap(idx, n: int):
     """The first n of idx repeated end to end (DistributedSampler's padding); idx[:n] when longer."""
     if idx.shape[0] >= n:

@@ -75,6 +75,22 @@ def rank_samples(counts, weights, world: int) -> list[np.ndarray]:
     return [np.sort(ids[bounds[r]:bounds[r + 1]]) for r in range(world)]
 
 
+def distributed(rank, world_size) -> tuple[int, int]:
+    """(rank, world size): as given (checked), else torch.distributed's when initialized, else (0, 1).
+    The one place a rank and a world size are resolved (the loader's arguments, from_lerobot's shards)."""
+    if rank is None and world_size is None:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError("rank and world_size: give both or neither (neither: torch.distributed's)")
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} / world_size {world_size}: need 0 <= rank < world_size")
+    return rank, world_size
+
+
 def rank_world(shard) -> tuple[int, int]:
     """``(rank, world)`` of ``shard``: True -> torch.distributed's (initialized by torchrun), or an
     explicit ``(rank, world_size)``."""
@@ -84,7 +100,7 @@ def rank_world(shard) -> tuple[int, int]:
             raise ValueError("shard_episodes=True reads the rank from torch.distributed, which is not "
                              "initialized; call dist.init_process_group first (torchrun) or pass "
                              "shard_episodes=(rank, world_size)")
-        return dist.get_rank(), dist.get_world_size()
+        return distributed(None, None)
     try:
         rank, world = (int(x) for x in shard)
     except (TypeError, ValueError):

@@ -34,12 +34,13 @@ import os
 import re
 import shutil
 import sys
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .. import user_warning
 
 FORMAT_VERSION = 2  # 2: the checksum hashes each sampled row's digest
 _SUBDIR = "frames"
@@ -363,7 +364,8 @@ def open_entry(paths, options: dict, label: str = "") -> Entry:
 
 
 def warn(message: str) -> None:
-    warnings.warn(message, CacheWarning, stacklevel=3)
+    """A CacheWarning at the user's line (the load that met the entry), however deep the cache was reached."""
+    user_warning.warn(message, CacheWarning)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -163,6 +163,16 @@ def groot(DATA):
 
 
 @pytest.fixture(scope="module")
+def cr5_v21(DATA):
+    yield from unchanged(DATA, "cr5_flashdrive_av1", "CR5 (LeRobot v2.1)")
+
+
+@pytest.fixture(scope="module")
+def cr5_v30(DATA):
+    yield from unchanged(DATA, "cr5_v30", "CR5 (LeRobot v3.0)")
+
+
+@pytest.fixture(scope="module")
 def pusht(DATA):
     yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
 

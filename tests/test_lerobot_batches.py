@@ -20,18 +20,12 @@ pq = pytest.importorskip("pyarrow.parquet")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
-from conftest import unchanged  # noqa: E402
 from lerobot_forge import convert_v21_to_v30  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 CAM = "observation.images.top"
 DT = {CAM: [-0.1, 0.0], "observation.state": [-0.2, -0.1, 0.0], "action": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]}
-
-
-@pytest.fixture(scope="module")
-def cr5_v21(DATA):
-    yield from unchanged(DATA, "cr5_flashdrive_av1", "the v2.1 reader")
 
 
 @pytest.fixture(scope="module")

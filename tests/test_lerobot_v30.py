@@ -22,7 +22,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
-from conftest import unchanged  # noqa: E402
 from lerobot_forge import convert_v21_to_v30  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
@@ -32,16 +31,6 @@ pytestmark = pytest.mark.usefixtures("cache_env")
 
 CAM = "observation.images.top"
 EPISODES = [0, 1, 2, 3, 4, 5, 6, 7]          # of cr5_flashdrive_av1 (v2.1)
-
-
-@pytest.fixture(scope="module")
-def cr5_v21(DATA):
-    yield from unchanged(DATA, "cr5_flashdrive_av1", "the v2.1 reader")
-
-
-@pytest.fixture(scope="module")
-def cr5_v30(DATA):
-    yield from unchanged(DATA, "cr5_v30", "the v3.0 reader")
 
 
 @pytest.fixture(scope="module")

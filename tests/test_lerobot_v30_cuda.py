@@ -12,7 +12,6 @@ av = pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
-from conftest import unchanged  # noqa: E402
 from lerobot_forge import convert_v21_to_v30  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 
@@ -21,12 +20,11 @@ CAM = "observation.images.top"
 
 
 @pytest.fixture(scope="module")
-def v30(DATA, tmp_path_factory):
+def v30(cr5_v21, tmp_path_factory):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    src = next(unchanged(DATA, "cr5_flashdrive_av1", "the v2.1 reader"))
     root = tmp_path_factory.mktemp("v30") / "cr5"
-    convert_v21_to_v30(src, root, [0, 1, 2, 3, 4], per_data_file=2, per_video_file=2)
+    convert_v21_to_v30(cr5_v21, root, [0, 1, 2, 3, 4], per_data_file=2, per_video_file=2)
     return root
 
 

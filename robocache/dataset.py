@@ -428,26 +428,19 @@ class Dataset:
         """The ``task_index`` (into ``ds.tasks``) of each sample ``(episode position, time)``, int64 numpy:
         the task of the frame nearest ``time`` where the source gives a task per frame (LeRobot's
         ``task_index`` column: a task may change within an episode), else the episode's first task (-1 when
-        it has none). Host work, once per loader: the loader's identity tables are built from it."""
+        it has none). Once per loader (its construction may sync): the identity tables are built from it."""
         episode = np.asarray(episode, np.int64).reshape(-1)
         time = np.asarray(time, np.float64).reshape(-1)
         s = self.streams.get("task_index")
         if s is None or s.kind not in ("discrete", "continuous") or s.values.ndim != 1 \
                 or s.values.dtype.is_floating_point:
             return self._task_index()[episode]
-        off = s._offsets_host
-        times, values = s.times.cpu().numpy(), s.values.cpu().numpy().astype(np.int64)
-        out = self._task_index()[episode]
-        for e in np.unique(episode):
-            lo, hi = int(off[e]), int(off[e + 1])
-            if hi == lo:
-                continue
-            at = np.flatnonzero(episode == e)
-            t = times[lo:hi]
-            k = np.clip(np.searchsorted(t, time[at]), 1, hi - lo - 1) if hi - lo > 1 else np.zeros(len(at), np.int64)
-            if hi - lo > 1:
-                k = k - (time[at] - t[k - 1] <= t[k] - time[at])  # the nearer row, the earlier one on a tie
-            out[at] = values[lo + k]
+        # the stream's nearest row: one resample launch (the one nearest rule, ties to the earlier row)
+        torch = _torch()
+        at = torch.as_tensor(time, dtype=torch.float64, device=self.device)[:, None]
+        picked = self.resample("task_index", torch.as_tensor(episode, device=self.device), at, mode="nearest")
+        out = np.where(s.lengths[episode] > 0, picked[:, 0].cpu().numpy().astype(np.int64),
+                       self._task_index()[episode])   # an episode without rows keeps its first task
         return np.where((out >= 0) & (out < len(self.tasks)), out, -1)
 
     # --- map-style access: one frame, as LeRobotDataset's ds[i] ------------------------------

@@ -80,6 +80,20 @@ def test_disk_tier_equals_memory_on_cpu(rng, tmp_path, fmt):
     _same(_batches(sub_m), _batches(sub_d))
 
 
+@pytest.mark.parametrize("rows", [[], [5], [3, 4, 5, 0, 1, 9], [7, 6, 5], [2, 2, 3, 3], list(range(12)),
+                                  [11, 0, 1, 2, 10, 11]])
+@pytest.mark.parametrize("tier", ["cpu", "host"])
+def test_subset_copies_the_rows_asked_for(rng, rows, tier):
+    """FrameStore.subset copies runs of consecutive rows as slices (issue 31 item 2: index_select moved
+    wide frame rows at 67 MB/s); any order, repeats and the empty selection give data[rows]."""
+    data = torch.from_numpy(rng.integers(0, 256, (12, yuv420_bytes(6, 8)), dtype=np.uint8))
+    store = FrameStore(data.clone(), format="yuv420", height=6, width=8, channels=3, tier=tier, device="cpu",
+                       matrix="bt601")
+    sub = store.subset(np.asarray(rows, np.int64))
+    assert sub.tier == tier and sub.data.data_ptr() != store.data.data_ptr()
+    assert torch.equal(sub.data, data[torch.as_tensor(rows, dtype=torch.int64)])
+
+
 def test_rgb_window_values(rng, tmp_path):
     """The window options against plain torch on the stored RGB frames (the frames' meaning)."""
     eps, ctimes = _episodes(rng)

@@ -25,6 +25,32 @@ TIERS = ("device", "host", "disk", "cpu", "compressed")
 FORMATS = ("rgb", "yuv420", "jpeg")
 
 
+
+def _take_rows(data, rows: np.ndarray, *, pinned: bool):
+    """``data[rows]`` (rows int64 numpy), copied run by run into a new tensor (pinned when asked: filled
+    before it is registered, never copied twice). A shard's rows are whole episodes, a few long runs of
+    consecutive frames, and a slice copy is a memcpy, where ``index_select`` moves wide uint8 rows an
+    element at a time: 67 MB/s measured on 480x640 I420 frames on the 2-core machine (4.1 s for 600 frames,
+    the 11-37 s per rank of sharded construction on the H200 host)."""
+    torch = _torch()
+    shape = (rows.size, *data.shape[1:])
+    starts = np.flatnonzero(np.diff(rows, prepend=rows[:1] - 2) != 1)    # where a run of +1 steps begins
+    ends = np.append(starts[1:], rows.size)
+
+    def fill(out):
+        out = torch.as_tensor(out)
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            r = int(rows[a])
+            out[a:b].copy_(data[r:r + (b - a)])
+
+    if pinned:
+        from .pinned import pinned_empty
+        return pinned_empty(shape, data.numpy().dtype, fill=fill)
+    out = torch.empty(shape, dtype=data.dtype, device=data.device)
+    fill(out)
+    return out
+
+
 class FrameStore:
     """The frames of one image stream (all episodes back to back) in one tier.
 
@@ -280,12 +306,8 @@ class FrameStore:
             r = torch.from_numpy(rows)
             return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
                               offsets=self.offsets, qscale=self.qscale, **kw)
-        idx = torch.from_numpy(rows).to(self.data.device)
-        data = self.data.index_select(0, idx) if rows.size else self.data[:0].clone()
-        if self.tier == "host" and self.data.is_pinned():
-            from .pinned import pin
-            data = pin(data)
-        return FrameStore(data, tier=self.tier, **kw)
+        return FrameStore(_take_rows(self.data, rows, pinned=self.tier == "host" and self.data.is_pinned()),
+                          tier=self.tier, **kw)
 
     def to(self, device) -> "FrameStore":
         """The store with batches landing on ``device``: a device-tier store moves; host/disk stores keep

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import robocache  # noqa: E402
 from robocache import Window  # noqa: E402
+from robocache.frames import numa  # noqa: E402
 
 STATE, ACTION, CHUNK, FPS = 14, 7, 16, 10.0
 TIERS = ("lowdim", "device", "host", "compressed")
@@ -257,6 +258,10 @@ def main(argv=None) -> int:
            "steps": args.steps, "height": args.height, "width": args.width, "pool": args.pool,
            "device_name": torch.cuda.get_device_name(0) if gpu else "CPU (gloo; smoke run, not a measurement)"}
     res = run(cfg)
+    res["numa"] = {"nodes": numa.nodes(), "gpu_node": [numa.gpu_node(i) for i in range(max(ranks))] if gpu else [],
+                   "pinned_on_gpu_node": os.environ.get("ROBOCACHE_PIN_NUMA", "1") != "0"}
+    print(f"NUMA: {res['numa']['nodes']} node(s); GPU i on node {res['numa']['gpu_node']}; pinned frames placed on "
+          f"the GPU's node: {res['numa']['pinned_on_gpu_node'] and res['numa']['nodes'] > 1}")
     print("\n".join(table(res)))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

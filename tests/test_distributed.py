@@ -221,14 +221,19 @@ import torch, torch.distributed as dist
 import robocache
 from robocache import DataLoader, Window
 
-dist.init_process_group("gloo")
+backend = os.environ["BACKEND"]
+dist.init_process_group(backend)
 rank, world = dist.get_rank(), dist.get_world_size()
+dev = torch.device("cpu")
+if backend == "nccl":       # each node sees its own GPUs (CUDA_VISIBLE_DEVICES), one per local rank
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(dev)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")        # the set lists a camera it does not ship
     # each rank reads, decodes and caches only its episodes, in its node's cache dir
     ds = robocache.Dataset.from_lerobot(os.environ["DATA"], device="cpu", shard_episodes=True, show_progress=False)
 ld = DataLoader(ds, 16, shuffle=True, seed=5, drop_last=True, shard_episodes=True, identity=["episode_index", "timestamp"],
-                windows={"state": Window("observation.state"), "cam": Window("observation.images.ego_view")})
+                device=dev, windows={"state": Window("observation.state"), "cam": Window("observation.images.ego_view")})
 res = {"rank": rank, "world": world, "node": int(os.environ["GROUP_RANK"]), "held": ds.episode_index.tolist(),
        "batches": len(ld), "ids": {}, "cam": {}}
 for epoch in (0, 1):
@@ -255,20 +260,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_nodes_hold_their_ranks_episodes(tmp_path, DATA):
-    """Issue 31 item 5 on the CPU: 2 "nodes" x 1 process (torchrun --nnodes=2 --node_rank=0/1, two process
-    groups on one machine, each node its own ROBOCACHE_CACHE_DIR, as nodes have their own disks). Each node
-    reads, decodes and caches only its rank's episodes, and the batches (sample ids, frames) are those of
-    the same job on one node of 2 processes."""
+@pytest.mark.parametrize("backend,per_node", [pytest.param("gloo", 1, id="gloo-2x1-cpu"),
+                                              pytest.param("nccl", 2, id="nccl-2x2-gpu", marks=pytest.mark.cuda)])
+def test_two_nodes_hold_their_ranks_episodes(tmp_path, DATA, backend, per_node):
+    """Issue 31 item 5: 2 "nodes" x ``per_node`` processes (torchrun --nnodes=2 --node_rank=0/1, two
+    torchrun agents on one machine, each node its own ROBOCACHE_CACHE_DIR as nodes have their own disks, and
+    over NCCL its own GPUs). Each node reads, decodes and caches only its ranks' episodes, and the batches
+    (sample ids, frames) are those of the same job on one node of 2 x ``per_node`` processes."""
+    world = 2 * per_node
+    if backend == "nccl" and torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs")
     script = tmp_path / "multinode.py"
     script.write_text(MULTINODE)
-    base = dict(os.environ, OUT_DIR=str(tmp_path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+    base = dict(os.environ, OUT_DIR=str(tmp_path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", BACKEND=backend,
                 CUDA_VISIBLE_DEVICES="", DATA=str(DATA / "groot_picknplace"))
     run = [sys.executable, "-m", "torch.distributed.run"]
     port = _free_port()
-    nodes = [subprocess.Popen([*run, "--nnodes=2", f"--node_rank={k}", "--nproc_per_node=1",
+
+    def gpus(node):
+        return ",".join(str(node * per_node + i) for i in range(per_node)) if backend == "nccl" else ""
+
+    nodes = [subprocess.Popen([*run, "--nnodes=2", f"--node_rank={k}", f"--nproc_per_node={per_node}",
                                "--master_addr=127.0.0.1", f"--master_port={port}", str(script)],
-                              env=dict(base, RUN="nodes", ROBOCACHE_CACHE_DIR=str(tmp_path / f"cache-node{k}")),
+                              env=dict(base, RUN="nodes", ROBOCACHE_CACHE_DIR=str(tmp_path / f"cache-node{k}"),
+                                       CUDA_VISIBLE_DEVICES=gpus(k)),
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for k in range(2)]
     try:
@@ -278,18 +293,20 @@ def test_two_nodes_hold_their_ranks_episodes(tmp_path, DATA):
             if p.poll() is None:
                 p.kill()
     assert all(p.returncode == 0 for p in nodes), "\n".join(o[-3000:] for o in outs)
-    one = subprocess.run([*run, "--standalone", "--nproc_per_node=2", str(script)],
-                         env=dict(base, RUN="one", ROBOCACHE_CACHE_DIR=str(tmp_path / "cache-one")),
+    one = subprocess.run([*run, "--standalone", f"--nproc_per_node={world}", str(script)],
+                         env=dict(base, RUN="one", ROBOCACHE_CACHE_DIR=str(tmp_path / "cache-one"),
+                                  CUDA_VISIBLE_DEVICES=",".join(map(str, range(world))) if backend == "nccl" else ""),
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
-    nodes_res = [json.loads((tmp_path / f"nodes-rank{r}.json").read_text()) for r in range(2)]
-    one_res = [json.loads((tmp_path / f"one-rank{r}.json").read_text()) for r in range(2)]
+    nodes_res = [json.loads((tmp_path / f"nodes-rank{r}.json").read_text()) for r in range(world)]
+    one_res = [json.loads((tmp_path / f"one-rank{r}.json").read_text()) for r in range(world)]
     for r, (a, b) in enumerate(zip(nodes_res, one_res)):
-        assert a["world"] == 2 and a["node"] == r
-        # the node holds and has cached only its rank's episodes' videos
-        assert sorted(Path(p).name for p in a["cached"]) == [f"episode_{e:06d}.mp4" for e in a["held"]], a
+        assert a["world"] == world and a["node"] == r // per_node
+        # the node has cached only its ranks' episodes' videos (each rank holds only its own)
+        on_node = sorted({e for x in nodes_res if x["node"] == a["node"] for e in x["held"]})
+        assert sorted(Path(p).name for p in a["cached"]) == [f"episode_{e:06d}.mp4" for e in on_node], a
         assert a["held"] != list(range(5))
         # the global order (and the frames) are the one-node job's
         assert (a["held"], a["batches"], a["ids"], a["cam"]) == (b["held"], b["batches"], b["ids"], b["cam"])
-    assert set(nodes_res[0]["held"]) | set(nodes_res[1]["held"]) == set(range(5))
+    assert {e for a in nodes_res for e in a["held"]} == set(range(5))
     assert nodes_res[0]["ids"]["0"] != nodes_res[0]["ids"]["1"]          # a new order per epoch

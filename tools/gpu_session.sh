@@ -7,6 +7,9 @@
 #                                       # bench_lerobot_v30.py (v2.1 against v3.0, tiers host/disk/device)
 #   bash tools/gpu_session.sh tiers     # build, then bench_tiers.py + bench_ingest.py on the real AV1 set
 #                                       # (SKIP_INGEST=1: bench_tiers only, when both do not fit 10 minutes)
+#   bash tools/gpu_session.sh multi     # on a 4-GPU kind: the NUMA/PCIe layout, the multi-GPU tests (NCCL
+#                                       # elastic resume 2->3, 3->1; 2 nodes x 2 GPUs), bench_multi_gpu.py at
+#                                       # 1, 2, 4 ranks with pinned frames on the GPU's node and without
 #
 # Logs and JSON go to $OUT (the device tool's folder that comes back; default /tmp/robocache-gpu).
 # Wheels the machine lacks (PyAV, nvidia-ml-py) are installed from $WHEELS (a carried folder of
@@ -16,7 +19,7 @@
 # an old .cu: setup.py's depends now list cuda/*.cu, this is the belt to those braces).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30}
+part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi}
 out=${OUT:-/tmp/robocache-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -55,8 +58,18 @@ tiers)
     python3 benchmarks/bench_tiers.py --data "$data" --json "$out/bench_tiers.json" 2>&1 | tee "$out/bench_tiers.txt"
     python3 benchmarks/bench_ingest.py --data "$data/videos/chunk-000/observation.images.top" --json "$out/bench_ingest.json" 2>&1 | tee "$out/bench_ingest.txt"
     ;;
+multi)
+    { nvidia-smi topo -m; for n in /sys/devices/system/node/node*; do echo "$n: cpus $(cat "$n/cpulist")"; done; } \
+        2>&1 | tee "$out/topology.txt"
+    python3 -m pytest -m cuda -q -p no:cacheprovider -rs tests/test_distributed.py 2>&1 | tee "$out/multi-tests.txt"
+    for numa in 1 0; do
+        ROBOCACHE_PIN_NUMA=$numa python3 benchmarks/bench_multi_gpu.py --tiers "${MULTI_TIERS:-host,device}" \
+            --batches 60 --episodes-per-rank 4 --json "$out/bench_multi_gpu_numa$numa.json" 2>&1 \
+            | tee "$out/bench_multi_gpu_numa$numa.txt"
+    done
+    ;;
 *)
-    echo "unknown part $part (tests, scale, tiers, v30)"
+    echo "unknown part $part (tests, scale, tiers, v30, multi)"
     exit 2
     ;;
 esac

@@ -24,17 +24,24 @@ import numpy as np
 
 from .._util import cpu_count
 from ..video.mjpeg import DEFAULT_QSCALE, Encoder, check_qscale, decode_rows_cpu, encode_rows  # noqa: F401
+from .jpeg_check import check_sampled, damaged, seal
 
-def encode_all(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE, workers=None) -> list[bytes]:
-    """I420 rows -> bitstreams, in parallel over threads (the encoder releases the GIL)."""
+def encode_sealed(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE) -> list[bytes]:
+    """I420 rows -> the tier's bitstreams: JPEG with its CRC segment (jpeg_check.seal)."""
+    return [seal(b) for b in encode_rows(rows, height, width, qscale)]
+
+
+def encode_all(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE,
+               workers: int | None = None) -> list[bytes]:
+    """I420 rows -> the tier's bitstreams, in parallel over threads (the encoder releases the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
     check_qscale(qscale)
     n = len(rows)
     workers = max(1, min(workers or cpu_count(), n // 64 or 1))
     parts = np.array_split(np.arange(n), workers)
     with ThreadPoolExecutor(workers) as pool:
-        done = pool.map(lambda ix: encode_rows(rows[ix[0]:ix[-1] + 1] if len(ix) else rows[:0], height, width,
-                                               qscale), parts)
+        done = pool.map(lambda ix: encode_sealed(rows[ix[0]:ix[-1] + 1] if len(ix) else rows[:0], height, width,
+                                                 qscale), parts)
         return [b for part in done for b in part]
 
 
@@ -104,9 +111,11 @@ def backend(device) -> str:
 
 
 def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
-    """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract)."""
+    """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract). A sampled frame
+    that fails its CRC (a mapped entry's, on first use: jpeg_check) or its decode raises DamagedFrameError
+    naming it, and marks its cache entry for a rebuild."""
     import torch
-    from .._C import decode_jpeg, gather_frames
+    from .._C import gather_frames
     h = np.asarray(ids.cpu() if host_ids is None else host_ids, dtype=np.int64).reshape(-1)
     keep = h >= 0
     if not keep.any():                   # only padded steps: zero frames
@@ -115,21 +124,43 @@ def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
     rows = h.copy()
     if store._host_rows is not None:
         rows[keep] = store._host_rows[h[keep]]
+    check_sampled(store, rows[keep])
     # padded steps decode a real frame too (gather writes zeros for them): the batch's decode
     # count stays fixed, and nvJPEG re-initializes its batched state only when that count changes
     rows[~keep] = rows[keep][0]
     local = np.where(keep, np.arange(len(h)), -1)
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3,
               matrix=store.matrix, full_range=store.full_range, scale=scale)
-    fb = store.yuv_bytes
     if store.device.type != "cuda":
-        planes = np.empty((len(h), fb), np.uint8)
-        decode_rows_cpu(store.data, store.offsets, rows, planes, store.height, store.width)
-        gather_frames(torch.from_numpy(planes), torch.from_numpy(local), view, **kw)
+        host_planes = np.empty((len(h), store.yuv_bytes), np.uint8)
+        _decode(store, rows, host_planes)
+        gather_frames(torch.from_numpy(host_planes), torch.from_numpy(local), view, **kw)
         return
-    dev = store.device
-    planes = torch.empty((len(h), fb), dtype=torch.uint8, device=dev)
-    decode_jpeg(store.data, store.offsets, rows, planes, height=store.height, width=store.width,
-                library=_library(), backend=backend_choice())
-    local_ids = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
+    planes = torch.empty((len(h), store.yuv_bytes), dtype=torch.uint8, device=store.device)
+    _decode(store, rows, planes)
+    local_ids = torch.from_numpy(local).pin_memory().to(store.device, non_blocking=True)
     gather_frames(planes, local_ids, view, **kw)
+
+
+def _decode(store, rows: np.ndarray, planes) -> None:
+    """Frames ``rows`` into the I420 rows ``planes`` (numpy: FFmpeg; a CUDA tensor: nvJPEG). A failure is
+    DamagedFrameError naming the first frame that fails alone (a batched decode does not say which)."""
+    def run(ids, out):
+        if isinstance(out, np.ndarray):
+            decode_rows_cpu(store.data, store.offsets, ids, out, store.height, store.width)
+        else:
+            from .._C import decode_jpeg
+            decode_jpeg(store.data, store.offsets, ids, out, height=store.height, width=store.width,
+                        library=_library(), backend=backend_choice())
+
+    try:
+        run(rows, planes)
+    except ValueError:
+        # a frame's content (FFmpeg's InvalidDataError is a ValueError, nvJPEG's bad or incomplete
+        # bitstream and the header check are too); anything else (no library, a CUDA fault) is not a frame's
+        for r in np.unique(rows).tolist():
+            try:
+                run(np.array([r], np.int64), planes[:1])
+            except ValueError as one:
+                raise damaged(store, r, f"fails to decode ({type(one).__name__}: {one})") from one
+        raise

@@ -71,7 +71,7 @@ def damaged_rows(data: np.ndarray, offsets: np.ndarray, rows=None, workers: int 
             got[k] = zlib.crc32(view[at[k]:to[k]])
 
     todo = np.flatnonzero(sealed)
-    threads = max(1, min(workers or cpu_count(), len(todo) // 64))
+    threads = max(1, min(workers or cpu_count(), len(todo) // 256))    # a pool pays off from ~256 frames a thread
     if threads == 1:
         crc(todo)
     else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+from typing import Literal, cast, get_args
 
 import numpy as np
 
@@ -89,17 +90,19 @@ def _library():
     return _LIBRARY[0]
 
 
-BACKENDS = ("auto", "hardware", "gpu_hybrid", "hybrid", "default")
+#: nvJPEG's decoders by name (robocache._C.decode_jpeg's ``backend``)
+JpegBackend = Literal["auto", "hardware", "gpu_hybrid", "hybrid", "default"]
+BACKENDS: tuple[JpegBackend, ...] = get_args(JpegBackend)
 
 
-def backend_choice() -> str:
+def backend_choice() -> JpegBackend:
     """The nvJPEG backend asked for: ``ROBOCACHE_NVJPEG_BACKEND`` (read at each batch, so a process
     can switch; each backend keeps its own decoder per device), else ``auto``."""
     name = os.environ.get("ROBOCACHE_NVJPEG_BACKEND", "").strip() or "auto"
     if name not in BACKENDS:
         raise ValueError(f"ROBOCACHE_NVJPEG_BACKEND={name!r}: expected one of {', '.join(BACKENDS)} (auto: the "
                          f"GPU's JPEG engines where it has them, else GPU Huffman decoding)")
-    return name
+    return cast(JpegBackend, name)
 
 
 def backend(device) -> str:

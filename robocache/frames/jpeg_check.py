@@ -60,10 +60,9 @@ def damaged_rows(data: np.ndarray, offsets: np.ndarray, rows=None, workers: int 
     head = np.zeros((len(rows), HEAD), np.uint8)
     head[sized] = data[starts[sized, None] + np.arange(HEAD)]
     sealed = sized & (head[:, :len(SEAL)] == np.frombuffer(SEAL, np.uint8)).all(axis=1)
-    want = head[:, len(SEAL):].astype(np.uint32)
-    want = (want[:, 0] << 24) | (want[:, 1] << 16) | (want[:, 2] << 8) | want[:, 3]
+    want = np.ascontiguousarray(head[:, len(SEAL):]).view(">u4")[:, 0]     # the CRC each frame carries
     got = np.zeros(len(rows), np.uint32)
-    view = memoryview(data).cast("B")
+    view = np.ascontiguousarray(data).data.cast("B")       # no copy: the store's bytes are contiguous
     at, to = (starts + HEAD).tolist(), ends.tolist()
 
     def crc(part):

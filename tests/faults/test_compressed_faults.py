@@ -31,7 +31,6 @@ from robocache.frames.jpeg_check import HEAD, DamagedFrameError, FrameOrigin, da
 from robocache.frames.store import FrameStore, yuv420_bytes
 
 pytest.importorskip("av")
-pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.usefixtures("cache_env")
 
 CAM = "observation.images.top"
@@ -40,6 +39,7 @@ CAM = "observation.images.top"
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """A small LeRobot v3.0 set (3 episodes of 32x48 frames in one mp4, spans of it per episode)."""
+    pytest.importorskip("pyarrow")
     return write_lerobot(tmp_path_factory.mktemp("demo") / "set", num_episodes=3, fps=10,
                          image_size=(32, 48))
 
@@ -125,19 +125,34 @@ def test_damaged_frame_in_a_mapped_entry_fails_its_batch_then_is_rebuilt(demo, h
     assert len(_epoch(again)) == len(DataLoader(again, 8, windows=WINDOWS))
 
 
-@pytest.mark.cuda
-def test_gpu_batch_names_a_frame_nvjpeg_refuses(demo):
-    """The same on a GPU: nvJPEG's batched decode does not say which frame failed; robocache finds it."""
-    want = _frames(_load(demo))
-    ds = _load(demo, device="cuda", host_memory=1)
-    store = ds.streams[CAM].frames
-    row, e, k = _unsampled_row(ds)
-    _damage(store, row, "resealed")
-    with pytest.raises(DamagedFrameError, match=rf"frame {k} of episode {e} .* fails to decode"):
-        _epoch(ds)
-    with pytest.warns(fcache.CacheWarning, match="corrupted"):
-        again = _load(demo, device="cuda", host_memory=1)
-    assert (_frames(again).double() - want.double()).abs().max() <= 5      # nvJPEG's IDCT vs FFmpeg's
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("how", ["flip", "resealed"])
+def test_batch_names_a_damaged_frame(rng, how, device):
+    """FFmpeg on the CPU, nvJPEG on a GPU: a damaged frame of a store not checked yet fails its CRC before nvJPEG sees it; a broken
+    bitstream with a valid CRC fails the batched decode, which does not say which frame: robocache finds it
+    (the frames' episodes: 4 frames of a.mp4, 8 of b.mp4)."""
+    h, w = 32, 48
+    rows = rng.integers(16, 240, (12, yuv420_bytes(h, w)), dtype=np.uint8)
+    spans = encode_all(rows, h, w, 2)
+    if how == "flip":
+        bad = bytearray(spans[5])
+        bad[HEAD + 7] ^= 0x5A
+        spans[5] = bytes(bad)
+    else:
+        spans[5] = seal(b"\xff\xd8" + bytes(len(spans[5]) - HEAD))
+    data, offsets = pack(spans)
+    origin = lambda: FrameOrigin("cam", ["a.mp4", "b.mp4"], np.array([4, 8]), None, None,  # noqa: E731
+                                 np.ones(12, bool))
+    store = FrameStore(data, format="jpeg", height=h, width=w, channels=3, tier="compressed", device=device,
+                       offsets=offsets, qscale=2, origin=origin())
+    reason = "fails its checksum" if how == "flip" else "fails to decode"
+    with pytest.raises(DamagedFrameError, match=rf"frame 1 of episode 1 \(b.mp4\) of stream 'cam' {reason}"):
+        store.gather(torch.arange(12, device=device))
+    good = torch.tensor([0, 4, 6, 11, -1], device=device)
+    cpu = FrameStore(data, format="jpeg", height=h, width=w, channels=3, tier="compressed", device="cpu",
+                     offsets=offsets, qscale=2, origin=origin())
+    d = (store.gather(good).cpu().double() - cpu.gather(good.cpu()).double()).abs().max()
+    assert d <= 5                                             # nvJPEG's IDCT vs FFmpeg's, through RGB
 
 
 def test_mark_damaged_leaves_a_rebuilt_entry_alone(demo, cache_env):

@@ -87,8 +87,8 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
     entry = _cache.open_entry(paths, options, label) if cache else None
     cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0, "check": CHECK}
     with entry.lock() if entry is not None else contextlib.nullcontext():
-        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, label) \
-            if entry is not None else None
+        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget,
+                    FrameOrigin(desc or label, [str(s) for s in sources], counts)) if entry is not None else None
         if got is None:
             got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
                             desc or label)
@@ -98,7 +98,7 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
     return got
 
 
-def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, label):
+def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin):
     hit = _cache.lookup(entry, paths, options, spec=cspec, counts=counts, redo="coding")
     if hit is None:
         return None
@@ -117,11 +117,9 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, label
         # entry's frames are checked on first use instead: reading them all would read the whole file)
         bad = damaged_rows(data, offsets)
         if len(bad):
-            ends = np.cumsum(counts)
-            e = int(np.searchsorted(ends, bad[0], side="right"))
             failed = entry.remove()
-            _cache.warn(f"robocache cache entry {entry.meta_path} ({label}) has {len(bad)} damaged frames, the "
-                        f"first frame {int(bad[0] - ends[e] + counts[e])} of {paths[e]} (episode {e}); " +
+            _cache.warn(f"robocache cache entry {entry.meta_path} ({origin.stream}) has {len(bad)} damaged frames, "
+                        f"the first {origin.where(int(bad[0]))}; " +
                         ("coding again and rebuilding it" if failed is None else
                          f"coding without it (it cannot be removed: {failed.strerror or failed})"))
             return None

@@ -11,8 +11,10 @@ PyAV's MJPEG encoder and decoder live in robocache/video/mjpeg.py (the one place
 Decoding (per batch): on a GPU, nvJPEG's batched decoder (``robocache._C.decode_jpeg``: the A100/H100
 JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) writes the sampled
 frames' planes into a scratch I420 buffer on the loader's stream, and ``gather_frames`` makes the batch
-from it (color, layout, dtype, resize) as in every tier. The host's share per batch: a header check and nvJPEG's bitstream parsing of each sampled
-frame. On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is tested against).
+from it (color, layout, dtype, resize) as in every tier. The host's share per batch: a header check and
+nvJPEG's bitstream parsing of each sampled frame (and, for an entry mapped from disk, each frame's CRC on
+its first use: jpeg_check.py). On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is
+tested against).
 """
 
 from __future__ import annotations

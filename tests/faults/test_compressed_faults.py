@@ -94,8 +94,9 @@ def test_damaged_frame_in_ram_is_coded_again_at_load(demo):
     want = _frames(first)
     row, e, k = _unsampled_row(first)
     _damage(store, row)
-    with pytest.warns(fcache.CacheWarning, match=rf"has 1 damaged frames, the first frame {k} of .* \(episode {e}\); "
-                                                 rf"coding again and rebuilding it"):
+    with pytest.warns(fcache.CacheWarning, match=rf"\(coding {CAM}\) has 1 damaged frames, the first frame {k} "
+                                                 rf"of episode {e} \(.*file-000.mp4 \[.*\) s\); coding again and "
+                                                 rf"rebuilding it"):
         again = _load(demo)
     assert torch.equal(_frames(again), want)
     with warnings.catch_warnings():
@@ -128,8 +129,9 @@ def test_damaged_frame_in_a_mapped_entry_fails_its_batch_then_is_rebuilt(demo, h
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("how", ["flip", "resealed"])
 def test_batch_names_a_damaged_frame(rng, how, device):
-    """FFmpeg on the CPU, nvJPEG on a GPU: a damaged frame of a store not checked yet fails its CRC before nvJPEG sees it; a broken
-    bitstream with a valid CRC fails the batched decode, which does not say which frame: robocache finds it
+    """FFmpeg on the CPU, nvJPEG on a GPU: a damaged frame of a store not checked yet fails its CRC before
+    it is decoded; a broken bitstream with a valid CRC fails the batched decode, which (nvJPEG's) does not
+    say which frame: robocache finds it
     (the frames' episodes: 4 frames of a.mp4, 8 of b.mp4)."""
     h, w = 32, 48
     rows = rng.integers(16, 240, (12, yuv420_bytes(h, w)), dtype=np.uint8)

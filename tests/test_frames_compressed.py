@@ -23,6 +23,7 @@ from robocache.frames import cache as fcache
 from robocache.frames import plan as fplan
 from robocache.frames.compress import ingest_compressed
 from robocache.frames.jpeg import Encoder, decode_rows_cpu, encode_all, pack
+from robocache.frames.jpeg_check import seal
 from robocache.frames.pinned import file_pages
 from robocache.frames.store import FrameStore, yuv420_bytes
 
@@ -102,7 +103,7 @@ def test_encode_keeps_planes_and_is_deterministic(rng, h, w):
     rows = natural_rows(rng, 6, h, w)
     a = encode_all(rows, h, w, 2)
     assert encode_all(rows, h, w, 2) == a                      # same bytes every run
-    assert Encoder(h, w, 2).encode(rows[3]) == a[3]            # a fresh encoder too
+    assert seal(Encoder(h, w, 2).encode(rows[3])) == a[3]      # a fresh encoder too, then the CRC segment
     data, offsets = pack(a)
     assert offsets[0] == 0 and offsets[-1] == data.nbytes and (np.diff(offsets) > 0).all()
     out = np.full((6, yuv420_bytes(h, w)), 0xAB, np.uint8)     # poisoned

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: video decoding and frames/ (the LeRobot video rewrite), and the Dataset, which both touch
 PENDING = {
     "robocache/dataset.py", "robocache/sampling.py",
-    "robocache/frames/cache.py", "robocache/frames/compress.py", "robocache/frames/ingest.py",
-    "robocache/frames/jpeg.py", "robocache/frames/videos.py", "robocache/readers/lerobot.py",
+    "robocache/frames/cache.py", "robocache/frames/ingest.py",
+    "robocache/frames/videos.py", "robocache/readers/lerobot.py",
 }
 
 USER_SCRIPT = '''

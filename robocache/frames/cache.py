@@ -625,3 +625,30 @@ def main(argv=None) -> int:
         print(f"removed {name} ({e['status']}, {e['frames']} frames, {human_bytes(e['bytes'])})")
     print(f"removed {len(removed)} entries, {human_bytes(sum(before[n]['bytes'] for n in removed))}, from {frames_dir()}")
     return 0
+
+
+def mark_damaged(data_path, checksum: str | None, reason: str) -> OSError | None:
+    """Marks the entry whose data file is ``data_path`` for a rebuild when a fault shows after its load (a
+    compressed frame that fails its CRC or its decode in a batch): its JSON gets ``"damaged": reason`` and a
+    checksum no data matches, so the next load warns "corrupted" and builds it again. Only while the JSON
+    still has ``checksum`` (the entry that was loaded, not one rebuilt since). The error where the JSON
+    cannot be written (a read-only or another user's cache dir), else None."""
+    data_path = Path(data_path)
+    meta_path = data_path.with_name(f"{data_path.name.split('.', 1)[0]}.json")
+    tmp = meta_path.with_name(f"{meta_path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+        if not isinstance(meta, dict) or meta.get("checksum") != checksum:
+            return None
+        meta.update(checksum="damaged", damaged=reason)
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, meta_path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return e
+    except BAD_JSON:      # damaged already: the next load rebuilds it anyway
+        return None
+    return None

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from .._util import cpu_count, progress_bar
 from ..video import FrameSpec, Rows, Ticker, as_sources, decode_job, make_jobs, probe_sources
 from . import cache as _cache
 from .ingest import cache_options, file_rates, offsets_of, split_times
-from .jpeg import check_qscale, encode_rows, pack
+from .jpeg import check_qscale, encode_sealed, pack
+from .jpeg_check import CHECK, FrameOrigin, damaged_rows
 from .pinned import file_pages
 
 _RING = 16   # decoded frames a worker holds before coding them
@@ -31,7 +32,8 @@ _RING = 16   # decoded frames a worker holds before coding them
 @dataclass
 class Compressed:
     """What ``ingest_compressed`` produced: the bitstreams of all files back to back (``data`` uint8,
-    frame i = ``data[offsets[i]:offsets[i+1]]``), per-file counts and frame times."""
+    frame i = ``data[offsets[i]:offsets[i+1]]``), per-file counts and frame times; ``checksum``: the cache
+    entry's; ``checked``: every frame's CRC verified (not for a mapped entry: each on first use)."""
 
     data: np.ndarray
     offsets: np.ndarray
@@ -44,6 +46,15 @@ class Compressed:
     mapped: bool
     seconds: float = 0.0
     frames_per_s: float = 0.0
+    sources: list = field(default_factory=list)
+    checksum: str | None = None
+    checked: bool = True
+
+    def origin(self, stream: str) -> FrameOrigin:
+        """The FrameStore's origin for these frames (jpeg_check: the error naming a damaged frame)."""
+        n = len(self.offsets) - 1
+        return FrameOrigin(stream, self.sources, self.counts, self.cache_path, self.checksum,
+                           None if self.checked else np.ones(n, bool))
 
     def __repr__(self):
         n = len(self.offsets) - 1
@@ -74,18 +85,20 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
     options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
     label = desc or os.path.basename(os.path.dirname(paths[0]))
     entry = _cache.open_entry(paths, options, label) if cache else None
-    cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0}
+    cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0, "check": CHECK}
     with entry.lock() if entry is not None else contextlib.nullcontext():
-        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget) if entry is not None else None
+        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget,
+                    FrameOrigin(desc or label, [str(s) for s in sources], counts)) if entry is not None else None
         if got is None:
             got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
                             desc or label)
+    got.sources = [str(s) for s in sources]
     got.seconds = time.perf_counter() - t0
     got.frames_per_s = (len(got.offsets) - 1) / got.seconds if got.seconds > 0 else float("inf")
     return got
 
 
-def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
+def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin):
     hit = _cache.lookup(entry, paths, options, spec=cspec, counts=counts, redo="coding")
     if hit is None:
         return None
@@ -100,8 +113,18 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
         # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read)
         pages = file_pages(entry.data_path, (total,))
         data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
+        # in RAM: every frame's CRC now, so a damaged one is coded again before any batch (a mapped
+        # entry's frames are checked on first use instead: reading them all would read the whole file)
+        bad = damaged_rows(data, offsets)
+        if len(bad):
+            failed = entry.remove()
+            _cache.warn(f"robocache cache entry {entry.meta_path} ({origin.stream}) has {len(bad)} damaged frames, "
+                        f"the first {origin.where(int(bad[0]))}; " +
+                        ("coding again and rebuilding it" if failed is None else
+                         f"coding without it (it cannot be removed: {failed.strerror or failed})"))
+            return None
     return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, True,
-                      str(entry.data_path), mapped)
+                      str(entry.data_path), mapped, checksum=meta["checksum"], checked=not mapped)
 
 
 def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
@@ -125,7 +148,7 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
             ring = local.ring = np.empty((_RING, fb), np.uint8)
 
         def code(first, sl):
-            for k, bits in enumerate(encode_rows(ring[sl], H, W, qscale)):
+            for k, bits in enumerate(encode_sealed(ring[sl], H, W, qscale)):
                 frames[job.place(first + k)] = bits
 
         rows = Rows(job.n, ring, flush=code)
@@ -149,18 +172,19 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
     finally:
         if bar is not None:
             bar.close()
-    per_source = [None] * len(sources)
+    per_source: list = [None] * len(sources)       # each source's frame times
     for job, got in zip(jobs, results):
         for i, t in zip(job.index, got):
             per_source[i] = t
     data, offsets = pack(frames)
-    frames = None                       # the bitstreams now live in `data` only
+    frames.clear()                      # the bitstreams now live in `data` only
     times = np.concatenate(per_source) if per_source else np.zeros(0)
-    path = None
+    path = meta = None
     if entry is not None:
         path = _save(entry, data, offsets, counts, times, stats, options, cspec)
+        meta = _cache.peek(entry, paths, options) if path is not None else None
     return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, False, path,
-                      False)
+                      False, checksum=None if meta is None else meta.get("checksum"))
 
 
 def _save(entry, data, offsets, counts, times, sources, options, cspec):

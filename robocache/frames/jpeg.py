@@ -11,30 +11,40 @@ PyAV's MJPEG encoder and decoder live in robocache/video/mjpeg.py (the one place
 Decoding (per batch): on a GPU, nvJPEG's batched decoder (``robocache._C.decode_jpeg``: the A100/H100
 JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) writes the sampled
 frames' planes into a scratch I420 buffer on the loader's stream, and ``gather_frames`` makes the batch
-from it (color, layout, dtype, resize) as in every tier. The host's share per batch: a header check and nvJPEG's bitstream parsing of each sampled
-frame. On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is tested against).
+from it (color, layout, dtype, resize) as in every tier. The host's share per batch: a header check and
+nvJPEG's bitstream parsing of each sampled frame (and, for an entry mapped from disk, each frame's CRC on
+its first use: jpeg_check.py). On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is
+tested against).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+from typing import Literal, cast, get_args
 
 import numpy as np
 
 from .._util import cpu_count
 from ..video.mjpeg import DEFAULT_QSCALE, Encoder, check_qscale, decode_rows_cpu, encode_rows  # noqa: F401
+from .jpeg_check import check_sampled, damaged, seal
 
-def encode_all(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE, workers=None) -> list[bytes]:
-    """I420 rows -> bitstreams, in parallel over threads (the encoder releases the GIL)."""
+def encode_sealed(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE) -> list[bytes]:
+    """I420 rows -> the tier's bitstreams: JPEG with its CRC segment (jpeg_check.seal)."""
+    return [seal(b) for b in encode_rows(rows, height, width, qscale)]
+
+
+def encode_all(rows: np.ndarray, height: int, width: int, qscale: int = DEFAULT_QSCALE,
+               workers: int | None = None) -> list[bytes]:
+    """I420 rows -> the tier's bitstreams, in parallel over threads (the encoder releases the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
     check_qscale(qscale)
     n = len(rows)
     workers = max(1, min(workers or cpu_count(), n // 64 or 1))
     parts = np.array_split(np.arange(n), workers)
     with ThreadPoolExecutor(workers) as pool:
-        done = pool.map(lambda ix: encode_rows(rows[ix[0]:ix[-1] + 1] if len(ix) else rows[:0], height, width,
-                                               qscale), parts)
+        done = pool.map(lambda ix: encode_sealed(rows[ix[0]:ix[-1] + 1] if len(ix) else rows[:0], height, width,
+                                                 qscale), parts)
         return [b for part in done for b in part]
 
 
@@ -82,17 +92,19 @@ def _library():
     return _LIBRARY[0]
 
 
-BACKENDS = ("auto", "hardware", "gpu_hybrid", "hybrid", "default")
+#: nvJPEG's decoders by name (robocache._C.decode_jpeg's ``backend``)
+JpegBackend = Literal["auto", "hardware", "gpu_hybrid", "hybrid", "default"]
+BACKENDS: tuple[JpegBackend, ...] = get_args(JpegBackend)
 
 
-def backend_choice() -> str:
+def backend_choice() -> JpegBackend:
     """The nvJPEG backend asked for: ``ROBOCACHE_NVJPEG_BACKEND`` (read at each batch, so a process
     can switch; each backend keeps its own decoder per device), else ``auto``."""
     name = os.environ.get("ROBOCACHE_NVJPEG_BACKEND", "").strip() or "auto"
     if name not in BACKENDS:
         raise ValueError(f"ROBOCACHE_NVJPEG_BACKEND={name!r}: expected one of {', '.join(BACKENDS)} (auto: the "
                          f"GPU's JPEG engines where it has them, else GPU Huffman decoding)")
-    return name
+    return cast(JpegBackend, name)
 
 
 def backend(device) -> str:
@@ -104,9 +116,11 @@ def backend(device) -> str:
 
 
 def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
-    """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract)."""
+    """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract). A sampled frame
+    that fails its CRC (a mapped entry's, on first use: jpeg_check) or its decode raises DamagedFrameError
+    naming it, and marks its cache entry for a rebuild."""
     import torch
-    from .._C import decode_jpeg, gather_frames
+    from .._C import gather_frames
     h = np.asarray(ids.cpu() if host_ids is None else host_ids, dtype=np.int64).reshape(-1)
     keep = h >= 0
     if not keep.any():                   # only padded steps: zero frames
@@ -115,21 +129,43 @@ def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
     rows = h.copy()
     if store._host_rows is not None:
         rows[keep] = store._host_rows[h[keep]]
+    check_sampled(store, rows[keep])
     # padded steps decode a real frame too (gather writes zeros for them): the batch's decode
     # count stays fixed, and nvJPEG re-initializes its batched state only when that count changes
     rows[~keep] = rows[keep][0]
     local = np.where(keep, np.arange(len(h)), -1)
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3,
               matrix=store.matrix, full_range=store.full_range, scale=scale)
-    fb = store.yuv_bytes
     if store.device.type != "cuda":
-        planes = np.empty((len(h), fb), np.uint8)
-        decode_rows_cpu(store.data, store.offsets, rows, planes, store.height, store.width)
-        gather_frames(torch.from_numpy(planes), torch.from_numpy(local), view, **kw)
+        host_planes = np.empty((len(h), store.yuv_bytes), np.uint8)
+        _decode(store, rows, host_planes)
+        gather_frames(torch.from_numpy(host_planes), torch.from_numpy(local), view, **kw)
         return
-    dev = store.device
-    planes = torch.empty((len(h), fb), dtype=torch.uint8, device=dev)
-    decode_jpeg(store.data, store.offsets, rows, planes, height=store.height, width=store.width,
-                library=_library(), backend=backend_choice())
-    local_ids = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
+    planes = torch.empty((len(h), store.yuv_bytes), dtype=torch.uint8, device=store.device)
+    _decode(store, rows, planes)
+    local_ids = torch.from_numpy(local).pin_memory().to(store.device, non_blocking=True)
     gather_frames(planes, local_ids, view, **kw)
+
+
+def _decode(store, rows: np.ndarray, planes) -> None:
+    """Frames ``rows`` into the I420 rows ``planes`` (numpy: FFmpeg; a CUDA tensor: nvJPEG). A failure is
+    DamagedFrameError naming the first frame that fails alone (a batched decode does not say which)."""
+    def run(ids, out):
+        if isinstance(out, np.ndarray):
+            decode_rows_cpu(store.data, store.offsets, ids, out, store.height, store.width)
+        else:
+            from .._C import decode_jpeg
+            decode_jpeg(store.data, store.offsets, ids, out, height=store.height, width=store.width,
+                        library=_library(), backend=backend_choice())
+
+    try:
+        run(rows, planes)
+    except ValueError:
+        # a frame's content (FFmpeg's InvalidDataError is a ValueError, nvJPEG's bad or incomplete
+        # bitstream and the header check are too); anything else (no library, a CUDA fault) is not a frame's
+        for r in np.unique(rows).tolist():
+            try:
+                run(np.array([r], np.int64), planes[:1])
+            except ValueError as one:
+                raise damaged(store, r, f"fails to decode ({type(one).__name__}: {one})") from one
+        raise

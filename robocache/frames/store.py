@@ -77,11 +77,14 @@ class FrameStore:
         ``jpeg``: frame i is ``data[offsets[i]:offsets[i+1]]``.
     qscale : int or None
         ``jpeg``: the encoder's quantizer scale (FFmpeg's MJPEG ``-q:v``), the quality of the tier.
+    origin : jpeg_check.FrameOrigin or None
+        ``jpeg``: the stream, episodes and cache entry of the frames (the error naming a damaged frame),
+        and which frames' CRC is still to verify.
     """
 
     def __init__(self, data, *, format: str, height: int, width: int, channels: int, tier: str, device,
                  matrix: str = "bt601", full_range: bool = False, rows=None, path: str | None = None,
-                 offsets=None, qscale: int | None = None):
+                 offsets=None, qscale: int | None = None, origin=None):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         if tier not in TIERS:
@@ -91,7 +94,7 @@ class FrameStore:
         self.matrix, self.full_range = matrix, bool(full_range)
         self.device = _torch().device(device)
         self.rows, self.path = rows, path
-        self.offsets, self.qscale = offsets, qscale
+        self.offsets, self.qscale, self.origin = offsets, qscale, origin
         if (format == "jpeg") != (offsets is not None):
             raise ValueError("format 'jpeg' (and only it) takes offsets")
         self._host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
@@ -301,11 +304,12 @@ class FrameStore:
         if self.tier == "compressed" and not isinstance(self.data, np.memmap):
             # in RAM: the subset's own bitstreams, so a rank's shard holds only its episodes' bytes
             data, offsets = _take_spans(self.data, self.offsets, rows)
-            return FrameStore(data, tier=self.tier, path=self.path, offsets=offsets, qscale=self.qscale, **kw)
+            return FrameStore(data, tier=self.tier, path=self.path, offsets=offsets, qscale=self.qscale,
+                              origin=None if self.origin is None else self.origin.take(rows), **kw)
         if self.tier in ("disk", "compressed"):
             r = torch.from_numpy(rows)
             return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
-                              offsets=self.offsets, qscale=self.qscale, **kw)
+                              offsets=self.offsets, qscale=self.qscale, origin=self.origin, **kw)
         return FrameStore(_take_rows(self.data, rows, pinned=self.tier == "host" and self.data.is_pinned()),
                           tier=self.tier, **kw)
 
@@ -318,7 +322,7 @@ class FrameStore:
             return self
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   matrix=self.matrix, full_range=self.full_range, path=self.path, offsets=self.offsets,
-                  qscale=self.qscale)
+                  qscale=self.qscale, origin=self.origin)
         rows = None if self.rows is None else self.rows.to(device)
         if self.tier in ("device", "cpu"):
             data = self.data.to(device)

@@ -57,7 +57,7 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
                 host_left -= got.data.nbytes
             store = FrameStore(got.data, format="jpeg", height=spec.height, width=spec.width, channels=3,
                                tier="compressed", device=device, matrix=spec.matrix, full_range=spec.full_range,
-                               path=got.cache_path, offsets=got.offsets, qscale=jpeg_qscale)
+                               path=got.cache_path, offsets=got.offsets, qscale=jpeg_qscale, origin=got.origin(k))
             out[k] = (store, list(got.times))
             continue
         got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,

@@ -225,5 +225,5 @@ def test_files_follow_the_umask(sources, cache_env, umask):
 
 
 def test_frames_ingest_doc_warns_against_sharing():
-    doc = (Path(__file__).parent.parent / "docs" / "frames-ingest.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "frames-ingest.md").read_text()
     assert "must not be shared with users you do not trust" in doc and "ROBOCACHE_CACHE_TRUST_OTHERS" in doc

@@ -18,7 +18,7 @@ import torch
 from robocache import memory
 from robocache.frames import plan as fplan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
 
 

@@ -105,7 +105,7 @@ def test_a_killed_job_leaves_the_next_load_free(files, cache_env, sig, tmp_path)
         print("start", flush=True)
         ingest_videos({files!r}, tier="host", workers=2)
     """))
-    env = dict(os.environ, ROBOCACHE_CACHE_DIR=str(cache_env), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, ROBOCACHE_CACHE_DIR=str(cache_env), PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env, text=True)
     assert p.stdout.readline().strip() == "start"
     children, deadline = [], time.monotonic() + 60

@@ -22,7 +22,7 @@ from robocache import doctor  # noqa: E402
 from robocache.readers import ReaderError, read_rosbag  # noqa: E402
 from robocache.readers.mcap_scan import MAGIC, MAX_RECORD_BYTES, ScannedMcap  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 RSS_LIMIT_MB = 300
 # the sanitized CI pass preloads ASan: its shadow memory cannot live under RLIMIT_AS, and its quarantine

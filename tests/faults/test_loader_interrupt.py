@@ -197,7 +197,12 @@ def test_sigint_at_random_moments(dataset, device, rng):
     old = signal.signal(signal.SIGINT, on_sigint)
     landed = []
     try:
-        for trial, frac in enumerate(np.sort(rng.uniform(0.02, 0.95, 10))):
+        # up to 30 trials until 10 interrupts landed: on a loaded machine the runs' pace changes between
+        # the timing above and the trials (CI saw 4 of 10 land), so a signal may come after the run ended
+        for trial in range(30):
+            if len(landed) >= 10:
+                break
+            frac = rng.uniform(0.02, 0.95)
             loader, got = make(ds), []
             armed[0] = True
             timer = threading.Timer(frac * duration, os.kill, args=(os.getpid(), signal.SIGINT))
@@ -233,5 +238,5 @@ def test_sigint_at_random_moments(dataset, device, rng):
                                                       f"after {len(got)} batches)")
     finally:
         signal.signal(signal.SIGINT, old)
-    assert len(landed) >= 5, f"only {len(landed)} of 10 signals interrupted the run: {landed}"
+    assert len(landed) >= 5, f"only {len(landed)} of 30 signals interrupted the run: {landed}"
     assert len(set(landed)) >= 3, f"the interrupts landed at too few places: {landed}"

@@ -35,6 +35,13 @@ PROCESS_MIN_WORKERS = 8
 # ROBOCACHE_DECODE_STALL_S overrides it (seconds)
 STALL_SECONDS = float(os.environ.get("ROBOCACHE_DECODE_STALL_S") or 300)
 _PR_SET_PDEATHSIG = 1
+try:
+    # resolved here, in the parent: a forked child that calls dlopen can hang for good on the loader's
+    # lock when another thread of the parent held it at the fork (CI once saw decode processes hand back
+    # no frame for 300 s); with the symbol looked up already, the child makes a plain call
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _PRCTL = None
 
 
 def decode_in_processes(workers: int, backend: str) -> bool:
@@ -79,10 +86,8 @@ def _start_decoder(stop, done, lock_dir) -> None:
     _close_inherited_locks(lock_dir)
     # a decode process dies with its parent (SIGTERM from a scheduler, the OOM killer's SIGKILL): it
     # must not outlive the job, holding memory and a pipe no one reads
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux
-        pass
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _close_inherited_locks(lock_dir) -> None:

@@ -59,11 +59,14 @@ RC_INLINE int rc_ll_chunk_plane(int64_t c, int64_t h, int64_t band, int64_t *fir
     return p;
 }
 
-/* MED: min(a, b) when c >= max(a, b), max(a, b) when c <= min(a, b), else a + b - c. On a chunk's first
- * row the left neighbour (128 for its first pixel), in its first column the one above. */
+/* MED: min(a, b) when c >= max(a, b), max(a, b) when c <= min(a, b), else a + b - c: the median of a,
+ * b and a + b - c, computed without branches (a data-dependent branch here mispredicts on every
+ * edge). On a chunk's first row the left neighbour (128 for its first pixel), in its first column the
+ * one above. */
 RC_INLINE int32_t rc_ll_med(int32_t a, int32_t b, int32_t c) {
-    const int32_t mx = a > b ? a : b, mn = a > b ? b : a;
-    return c >= mx ? mn : (c <= mn ? mx : a + b - c);
+    const int32_t mx = a > b ? a : b, mn = a > b ? b : a, g = a + b - c;
+    const int32_t lo = mx < g ? mx : g;
+    return mn > lo ? mn : lo;
 }
 RC_INLINE int32_t rc_ll_predict(int32_t left, int32_t up, int32_t upleft, int64_t row, int64_t col) {
     if (row == 0) return col == 0 ? 128 : left;

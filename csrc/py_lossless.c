@@ -5,6 +5,7 @@
  * sizes [n] int64 (encode); data [S] uint8, offsets [N+1] int64, ids [M] int64 (decode).
  * Benchmark: python benchmarks/bench_lossless.py
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "lossless_math.h"
@@ -104,9 +105,11 @@ static int expect_rows(const rc_tensor *v, const char *name, int64_t rows, int64
     if (rc_expect_dtype(v, RC_U8, name)) return -1;
     if (v->ndim != 2 || (rows >= 0 && v->shape[0] != rows) || (cols >= 0 && v->shape[1] != cols) ||
         !rc_is_contiguous(v)) {
-        char buf[96];
-        PyErr_Format(PyExc_ValueError, "%s: expected a C-contiguous uint8 [%lld, %lld] (%s), got shape %s", name,
-                     (long long)rows, (long long)cols, what, rc_dims_str(buf, sizeof buf, v->ndim, v->shape));
+        char buf[96], r[24], c[24];
+        snprintf(r, sizeof r, rows < 0 ? "n" : "%lld", (long long)rows);
+        snprintf(c, sizeof c, cols < 0 ? "k" : "%lld", (long long)cols);
+        PyErr_Format(PyExc_ValueError, "%s: expected a C-contiguous uint8 [%s, %s] (%s), got shape %s", name, r, c,
+                     what, rc_dims_str(buf, sizeof buf, v->ndim, v->shape));
         return -1;
     }
     return 0;
@@ -261,6 +264,7 @@ static int import_data(rc_call *dc, const rc_call *c, rc_decode_lossless_args *a
         return -1;
     }
     a->data = (const uint8_t *)d.data;
+    a->data_bytes = d.shape[0];
     const int on_cuda = c->device_type == RC_DEVICE_CUDA;
     if (d.device_type == RC_DEVICE_CUDA && (!on_cuda || d.device_id != c->device_id)) {
         PyErr_Format(PyExc_ValueError, "data is on cuda:%d but out is on %s:%d", d.device_id, on_cuda ? "cuda" : "cpu",

@@ -324,6 +324,7 @@ typedef struct {
                                   sampled frames are copied to first; else NULL */
     const uint8_t *data;       /* coded frames back to back; CUDA: device memory, or the device alias
                                   of pinned host memory (data_on_host); frame starts 16-byte aligned */
+    int64_t data_bytes;        /* S: bytes at data (no span reaches past them) */
     const int64_t *offsets;    /* [frames + 1]: frame i = data[offsets[i], offsets[i+1]); CUDA: device */
     int64_t offsets_stride;
     const int64_t *ids;        /* [count]; CUDA: device */

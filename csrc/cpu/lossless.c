@@ -82,7 +82,7 @@ static void plane_symbols(uint8_t *sym, const uint8_t *px, int64_t rows, int64_t
 
 /* One chunk (rows x cols symbols at sym) coded at out: its states, then its words in the order the
  * decoder reads them. Returns the bytes written (a multiple of 4), or -1 past cap. `words` holds at
- * least rows * cols + 64 entries. */
+ * least rows * cols + 65 entries. */
 static int64_t encode_chunk(uint8_t *out, int64_t cap, const uint8_t *sym, int64_t rows, int64_t cols,
                             const uint32_t *freq, const uint32_t *cum, uint16_t *words) {
     uint32_t x[RC_LL_LANES];
@@ -98,10 +98,11 @@ static int64_t encode_chunk(uint8_t *out, int64_t cap, const uint8_t *sym, int64
                 if (col < 0 || col >= cols) continue;
                 const uint32_t v = sym[(p * RC_LL_LANES + t) * cols + col], f = freq[v];
                 uint32_t st = x[t];
-                if ((uint64_t)st >= ((uint64_t)(RC_LL_LOW >> RC_LL_PREC) << 16) * f) {
-                    words[nw++] = (uint16_t)(st & 0xffff);
-                    st >>= 16;
-                }
+                /* flushes the low word without a branch (as the decoder reads it) */
+                const int64_t flush = (uint64_t)st >= ((uint64_t)(RC_LL_LOW >> RC_LL_PREC) << 16) * f;
+                words[nw] = (uint16_t)(st & 0xffff);
+                nw += flush;
+                st = flush ? st >> 16 : st;
                 x[t] = ((st / f) << RC_LL_PREC) + st % f + cum[v];
             }
         }
@@ -166,7 +167,7 @@ static void encode_range(void *ctx, int64_t begin, int64_t end) {
     const rc_encode_lossless_args *a = ((encode_ctx *)ctx)->a;
     const int64_t fb = a->height * a->width + 2 * ((a->height + 1) / 2) * ((a->width + 1) / 2);
     uint8_t *sym = (uint8_t *)malloc((size_t)fb);
-    uint16_t *words = (uint16_t *)malloc((size_t)(a->band * a->width + 64) * sizeof(uint16_t));
+    uint16_t *words = (uint16_t *)malloc((size_t)(a->band * a->width + 65) * sizeof(uint16_t));
     for (int64_t i = begin; i < end; i++)
         a->sizes[i] = sym && words ? encode_frame(a->out + i * a->capacity, a->capacity, a->rows + i * fb,
                                                   a->height, a->width, a->band, sym, words)
@@ -226,11 +227,11 @@ static int decode_chunk(uint8_t *px, int64_t rows, int64_t cols, const uint8_t *
             for (int64_t t = t0; t <= t1; t++) {
                 const int64_t r = q * RC_LL_LANES + t, col = s - t;
                 const uint32_t slot = x[t] & (RC_LL_TOTAL - 1), v = tb->sym[slot];
-                x[t] = rc_ll_advance(x[t], tb->freq[v], tb->cum[v]);
-                if (x[t] < RC_LL_LOW) {
-                    if (pos >= nw) return -1;
-                    x[t] = (x[t] << 16) | rc_ll_u16(w + 2 * pos++);
-                }
+                /* renormalized without a branch: whether a lane reads is data, and mispredicts */
+                const uint32_t y = rc_ll_advance(x[t], tb->freq[v], tb->cum[v]), need = y < RC_LL_LOW;
+                const uint32_t word = pos < nw ? rc_ll_u16(w + 2 * pos) : 0;
+                x[t] = need ? (y << 16) | word : y;
+                pos += need;
                 uint8_t *cur = px + r * cols;
                 const int32_t left = col ? cur[col - 1] : 0, up = r ? cur[col - cols] : 0,
                               ul = r && col ? cur[col - cols - 1] : 0;
@@ -239,7 +240,7 @@ static int decode_chunk(uint8_t *px, int64_t rows, int64_t cols, const uint8_t *
         }
     }
     /* the words end here (up to the 4-byte padding) and every state is back where the encoder began */
-    if ((4 * lanes + ((2 * pos + 3) & ~(int64_t)3)) != n) return -1;
+    if (pos > nw || (4 * lanes + ((2 * pos + 3) & ~(int64_t)3)) != n) return -1;
     for (int64_t t = 0; t < lanes; t++)
         if (x[t] != RC_LL_LOW) return -1;
     return 0;
@@ -292,7 +293,6 @@ static void decode_range(void *ctx, int64_t begin, int64_t end) {
 }
 
 rc_status rc_decode_lossless_cpu(const rc_decode_lossless_args *a, int num_threads) {
-    const int64_t total = a->offsets[a->frames * a->offsets_stride];
     for (int64_t m = 0; m < a->count; m++) { /* ids and spans first: cheap, and names the argument */
         const int64_t id = a->ids[m * a->ids_stride];
         if (id >= a->frames)
@@ -300,9 +300,9 @@ rc_status rc_decode_lossless_cpu(const rc_decode_lossless_args *a, int num_threa
                            (long long)m, (long long)id, (long long)a->frames);
         if (id < 0) continue;
         const int64_t lo = a->offsets[id * a->offsets_stride], hi = a->offsets[(id + 1) * a->offsets_stride];
-        if (lo < 0 || hi < lo || hi > total)
-            return rc_fail(RC_ERR_VALUE, "offsets[%lld:%lld] = (%lld, %lld) is not a span of the %lld coded bytes",
-                           (long long)id, (long long)id + 2, (long long)lo, (long long)hi, (long long)total);
+        if (lo < 0 || hi < lo || hi > a->data_bytes)
+            return rc_fail(RC_ERR_VALUE, "offsets[%lld:%lld] = (%lld, %lld) is not a span of data's %lld bytes",
+                           (long long)id, (long long)id + 2, (long long)lo, (long long)hi, (long long)a->data_bytes);
     }
     int64_t *failed = (int64_t *)calloc((size_t)(a->count > 0 ? a->count : 1), sizeof(int64_t));
     if (!failed) return rc_fail(RC_ERR_NOMEM, "no host memory for %lld decode results", (long long)a->count);

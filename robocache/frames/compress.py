@@ -1,6 +1,8 @@
-"""Ingest into the compressed tier: each video file decoded (PyAV, YUV 4:2:0) and its frames coded as
-JPEG (robocache.frames.jpeg) by a pool of workers, one file each, with a progress bar; the bitstreams go
-into the persistent cache (data + offsets + times), so a second load reads them back instead of coding.
+"""Ingest into a coded tier: each video file decoded (PyAV, YUV 4:2:0) and its frames coded, as JPEG
+(``codec="jpeg"``, the compressed tier: robocache.frames.jpeg) or losslessly (``codec="lossless"``, the
+lossless tier: robocache.frames.lossless), by a pool of workers, one file each, with a progress bar; the
+coded frames go into the persistent cache (data + offsets + times), so a second load reads them back
+instead of coding.
 
 Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams. When every file
 is coded, they are joined into one buffer and freed: the peak is twice the tier's bytes for that moment
@@ -23,31 +25,38 @@ from ..video import FrameSpec, Rows, Ticker, as_sources, decode_job, make_jobs, 
 from . import cache as _cache
 from .ingest import cache_options, file_rates, offsets_of, split_times
 from .jpeg import check_qscale, encode_rows, pack
+from .lossless import encode_rows as encode_lossless_rows
 from .pinned import file_pages
 
 _RING = 16   # decoded frames a worker holds before coding them
 
 
+CODECS = ("jpeg", "lossless")
+
+
 @dataclass
 class Compressed:
-    """What ``ingest_compressed`` produced: the bitstreams of all files back to back (``data`` uint8,
-    frame i = ``data[offsets[i]:offsets[i+1]]``), per-file counts and frame times."""
+    """What ``ingest_compressed`` produced: the coded frames of all files back to back (``data`` uint8,
+    frame i = ``data[offsets[i]:offsets[i+1]]``), per-file counts and frame times. ``qscale``: the JPEG
+    quantizer (None for ``codec="lossless"``)."""
 
     data: np.ndarray
     offsets: np.ndarray
     counts: np.ndarray
     times: list
     spec: FrameSpec
-    qscale: int
+    qscale: int | None
     from_cache: bool
     cache_path: str | None
     mapped: bool
     seconds: float = 0.0
     frames_per_s: float = 0.0
+    codec: str = "jpeg"
 
     def __repr__(self):
         n = len(self.offsets) - 1
-        return (f"Compressed({len(self.counts)} files, {n} frames jpeg q{self.qscale} {self.spec.height}x"
+        kind = f"jpeg q{self.qscale}" if self.codec == "jpeg" else self.codec
+        return (f"Compressed({len(self.counts)} files, {n} frames {kind} {self.spec.height}x"
                 f"{self.spec.width}, {self.data.nbytes / 1e6:.1f} MB ({self.data.nbytes / max(n, 1):.0f} B/frame), "
                 f"{'from cache' if self.from_cache else 'coded'}{', mapped' if self.mapped else ''} in "
                 f"{self.seconds:.2f} s ({self.frames_per_s:.0f} frames/s))")
@@ -55,31 +64,37 @@ class Compressed:
 
 def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = True, workers: int | None = None,
                       show_progress: bool | None = None, desc: str = "", spec: FrameSpec | None = None,
-                      counts=None, infos=None, host_budget: int | None = None) -> Compressed:
-    """The video sources of ONE stream (one per episode: files, or spans of shared files) into
-    compressed-tier bitstreams.
+                      counts=None, infos=None, host_budget: int | None = None, codec: str = "jpeg") -> Compressed:
+    """The video sources of ONE stream (one per episode: files, or spans of shared files) into coded
+    frames: JPEG bitstreams at ``qscale`` (``codec="jpeg"``), or lossless ones (``codec="lossless"``).
 
     ``host_budget``: bytes the tier may keep in RAM; a cached entry larger than that is memory-mapped
     (the OS pages it in) instead of read. Raises ReaderError as ``ingest_videos`` does.
     """
     t0 = time.perf_counter()
-    qscale = check_qscale(qscale)
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+    qscale = check_qscale(qscale) if codec == "jpeg" else None
     sources = as_sources(sources)
     paths = [s.path for s in sources]
     if spec is None:
         spec, counts, infos = probe_sources(sources, resize=resize, backend="pyav", workers=workers)
     if spec.format != "yuv420":
-        raise ValueError(f"the compressed tier codes YUV 4:2:0 frames from PyAV; this stream decodes to {spec.format}")
+        raise ValueError(f"the {codec} tier codes YUV 4:2:0 frames from PyAV; this stream decodes to {spec.format}")
     counts = np.asarray(counts, np.int64)
-    options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
+    if codec == "jpeg":
+        options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
+    else:
+        options = cache_options(sources, resize, "pyav", tier="lossless", codec="lossless")
     label = desc or os.path.basename(os.path.dirname(paths[0]))
     entry = _cache.open_entry(paths, options, label) if cache else None
-    cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0}
+    cspec = {**spec.to_dict(), "format": codec, "frame_bytes": 0}
     with entry.lock() if entry is not None else contextlib.nullcontext():
         got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget) if entry is not None else None
         if got is None:
             got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
                             desc or label)
+    got.codec = codec
     got.seconds = time.perf_counter() - t0
     got.frames_per_s = (len(got.offsets) - 1) / got.seconds if got.seconds > 0 else float("inf")
     return got
@@ -125,7 +140,8 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
             ring = local.ring = np.empty((_RING, fb), np.uint8)
 
         def code(first, sl):
-            for k, bits in enumerate(encode_rows(ring[sl], H, W, qscale)):
+            coded = encode_lossless_rows(ring[sl], H, W) if qscale is None else encode_rows(ring[sl], H, W, qscale)
+            for k, bits in enumerate(coded):
                 frames[job.place(first + k)] = bits
 
         rows = Rows(job.n, ring, flush=code)
@@ -144,7 +160,7 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
         return times
 
     try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-jpeg") as pool:
+        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-code") as pool:
             results = list(pool.map(work, jobs))
     finally:
         if bar is not None:
@@ -174,6 +190,6 @@ def _save(entry, data, offsets, counts, times, sources, options, cspec):
     except OSError as e:
         if writer is not None:
             writer.abort()
-        _cache.warn(f"robocache could not write the compressed frames to its cache in {entry.root} ({e}); "
+        _cache.warn(f"robocache could not write the coded frames to its cache in {entry.root} ({e}); "
                     f"the next load codes them again")
         return None

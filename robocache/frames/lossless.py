@@ -80,30 +80,44 @@ def gpu_source(data, offsets, device) -> GpuSource | None:
 
 def gather_lossless(store, view, ids, scale, host_ids=None) -> None:
     """``view[m]`` = frame ``ids[m]`` of a lossless store (the FrameStore.gather contract)."""
-    import torch
-    from .._C import decode_lossless, gather_frames
-    M = len(view)
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3, matrix=store.matrix,
               full_range=store.full_range, scale=scale)
-    hw = dict(height=store.height, width=store.width)
     if store.device.type != "cuda":
-        sid = store._storage_ids(ids).cpu().numpy()            # < 0: padding, skipped by the decoder
-        planes = np.empty((M, store.yuv_bytes), np.uint8)
-        decode_lossless(planes, store.data, store.offsets, sid, **hw)
-        local = np.where(sid >= 0, np.arange(M), -1)
-        gather_frames(torch.from_numpy(planes), torch.from_numpy(local), view, **kw)
-        return
-    dev = store.device
+        _gather_cpu(store, view, ids, kw)
+    elif store.gpu is not None:
+        _gather_pinned(store, view, ids, kw)
+    else:
+        _gather_staged(store, view, ids, host_ids, kw)
+
+
+def _gather_cpu(store, view, ids, kw) -> None:
+    """The C reference decoder into planes, then the batch."""
+    import torch
+    from .._C import decode_lossless, gather_frames
+    sid = store._storage_ids(ids).cpu().numpy()            # < 0: padding, skipped by the decoder
+    planes = np.empty((len(sid), store.yuv_bytes), np.uint8)
+    decode_lossless(planes, store.data, store.offsets, sid, height=store.height, width=store.width)
+    local = np.where(sid >= 0, np.arange(len(sid)), -1)
+    gather_frames(torch.from_numpy(planes), torch.from_numpy(local), view, **kw)
+
+
+def _gather_pinned(store, view, ids, kw) -> None:
+    """Pinned bytes: copied and decoded on the GPU from device ids, on the current stream; no host work."""
+    import torch
+    from .._C import decode_lossless, gather_frames
+    src, dev, M = store.gpu, store.device, len(view)
+    sid = store._storage_ids(ids)
     planes = torch.empty((M, store.yuv_bytes), dtype=torch.uint8, device=dev)
-    src = store.gpu
-    if src is not None:
-        sid = store._storage_ids(ids)
-        scratch = torch.empty((M, src.max_bytes), dtype=torch.uint8, device=dev)
-        decode_lossless(planes, src.data, src.offsets, sid, scratch=scratch, **hw)
-        local = torch.where(sid >= 0, torch.arange(M, device=dev), torch.full_like(sid, -1))
-        gather_frames(planes, local, view, **kw)
-        return
-    # mapped from the cache file: the sampled frames' bytes staged in a pinned buffer on the host
+    scratch = torch.empty((M, src.max_bytes), dtype=torch.uint8, device=dev)
+    decode_lossless(planes, src.data, src.offsets, sid, height=store.height, width=store.width, scratch=scratch)
+    gather_frames(planes, torch.where(sid >= 0, torch.arange(M, device=dev), torch.full_like(sid, -1)), view, **kw)
+
+
+def _gather_staged(store, view, ids, host_ids, kw) -> None:
+    """Bytes mapped from the cache file: the sampled frames' bytes copied on the host into a pinned buffer,
+    moved by torch (its host allocator keeps the buffers until the copies are done), decoded on the GPU."""
+    import torch
+    from .._C import decode_lossless, gather_frames
     h = np.asarray(ids.cpu() if host_ids is None else host_ids, dtype=np.int64).reshape(-1)
     keep = h >= 0
     rows = h[keep]
@@ -116,12 +130,11 @@ def gather_lossless(store, view, ids, scale, host_ids=None) -> None:
     out = staged.numpy()
     for i, (a, b) in enumerate(zip(starts, ends)):
         out[local_off[i]:local_off[i + 1]] = store.data[a:b]
-    local = np.full(M, -1, np.int64)
+    local = np.full(len(h), -1, np.int64)
     local[keep] = np.arange(len(rows))
-    # torch's copies (not the decoder's) read the pinned buffers: its host allocator then keeps them
-    # until the copies are done
-    data_d = staged.to(dev, non_blocking=True)
+    dev = store.device
+    planes = torch.empty((len(h), store.yuv_bytes), dtype=torch.uint8, device=dev)
     ids_d = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
     off_d = torch.from_numpy(local_off).pin_memory().to(dev, non_blocking=True)
-    decode_lossless(planes, data_d, off_d, ids_d, **hw)
+    decode_lossless(planes, staged.to(dev, non_blocking=True), off_d, ids_d, height=store.height, width=store.width)
     gather_frames(planes, ids_d, view, **kw)

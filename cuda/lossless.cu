@@ -16,7 +16,7 @@
 
 namespace {
 
-constexpr int kWarps = 4; /* chunks a block decodes: 4 warps x 5 KB of tables in shared memory */
+constexpr int kWarps = 4; /* chunks a block decodes: 4 warps x 6 KB of tables in shared memory */
 constexpr unsigned kFull = 0xffffffffu;
 
 /* Row m of scratch = frame ids[m]'s bytes (at most K of them): a block a frame, 16 bytes a thread and
@@ -41,22 +41,22 @@ __global__ void copy_frames(rc_decode_lossless_args a) {
     for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
-/* One plane's table in shared memory: slot -> symbol, and each symbol's frequency and start. */
+/* One plane's table in shared memory: slot -> symbol, and each symbol's frequency and start; `parsed`
+ * holds lane 0's reading of the table bytes (in shared memory, not a 1 KB array on every thread's stack). */
 struct table {
     uint8_t sym[RC_LL_TOTAL];
     uint16_t freq[256], cum[256];
+    uint32_t parsed[256];
 };
 
 /* The warp fills t from the table bytes at p (n of them): lane 0 parses (<= 512 bytes), the lanes
  * add up the starts (a warp scan over 8 symbols a lane) and fill 128 slots each. false: damaged. */
 __device__ bool load_table(table *t, const uint8_t *p, int32_t n, int lane) {
-    uint32_t freq[256];
     int ok = 0;
-    if (lane == 0) {
-        ok = rc_ll_read_table(freq, p, n) == n;
-        for (int s = 0; s < 256; s++) t->freq[s] = (uint16_t)(ok ? freq[s] : 0);
-    }
+    if (lane == 0) ok = rc_ll_read_table(t->parsed, p, n) == n;
     if (!__shfl_sync(kFull, ok, 0)) return false;
+    __syncwarp();
+    for (int k = 0; k < 8; k++) t->freq[8 * lane + k] = (uint16_t)t->parsed[8 * lane + k];
     __syncwarp();
     uint32_t mine = 0;
     for (int k = 0; k < 8; k++) mine += t->freq[8 * lane + k];

@@ -162,6 +162,43 @@ def test_bad_arguments(rng):
         decode_lossless(out, out.reshape(-1), offsets, np.arange(2), height=8, width=8)
 
 
+@pytest.mark.parametrize("fw", ["numpy", "torch"])
+def test_calls_leave_refcounts_flat(rng, fw):
+    """encode and decode, succeeding and failing (a damaged frame, found after every import; a bad
+    band, before any), release every array they import."""
+    import gc
+    import sys
+    torch = pytest.importorskip("torch")
+    h, w = 12, 10
+    rows = frames(rng, "smooth", 3, h, w)
+    data, offsets = encode(rows, h, w)
+    bad = data.copy()
+    bad[offsets[1] + 30] ^= 0xFF
+    ids, out = np.array([0, 1, 2]), np.zeros((3, i420_bytes(h, w)), np.uint8)
+    coded, sizes = np.zeros((3, lossless_bound(h, w)), np.uint8), np.zeros(3, np.int64)
+    arrays = [rows, data, bad, offsets, ids, out, coded, sizes]
+    if fw == "torch":
+        arrays = [torch.from_numpy(np.array(a)) for a in arrays]
+    rows, data, bad, offsets, ids, out, coded, sizes = arrays
+    calls = [(lambda: decode_lossless(out, data, offsets, ids, height=h, width=w), None),
+             (lambda: decode_lossless(out, bad, offsets, ids, height=h, width=w), ValueError),
+             (lambda: encode_lossless(coded, sizes, rows, height=h, width=w), None),
+             (lambda: encode_lossless(coded, sizes, rows, height=h, width=w, band=33), ValueError)]
+    gc.collect()
+    gc.disable()
+    try:
+        for call, exc in calls:
+            before = [sys.getrefcount(a) for a in arrays]
+            for _ in range(2000):
+                try:
+                    call()
+                except ValueError:
+                    assert exc is ValueError
+            assert [sys.getrefcount(a) for a in arrays] == before
+    finally:
+        gc.enable()
+
+
 @pytest.fixture(scope="module")
 def real_rows(DATA):
     """Frames of the real CR5 arm video (AV1, 480x640) as the host tier stores them, full size and 180x320."""

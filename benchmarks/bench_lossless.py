@@ -17,8 +17,15 @@ host tier stores them (I420 rows), at full size and resized to 180x320 as issue 
 The estimates (H0) are per band of --band rows, the predictor restarting at each band's first row, as
 the coder does. Every coded frame is decoded and compared with its source before anything is timed.
 
+--gpu (a CUDA GPU; the 180x320 frames): the GPU decode (decode_lossless from pinned host memory: the
+copy over the bus, then a warp per chunk) of 3 x B sampled frames per call, checked against the frames
+first, timed with CUDA events (median of 30 calls, ids rotated); then the loader on a DROID-shaped set
+(bench_scale.py's: 3 cameras, 300-step episodes, --set-frames camera frames laid out from the coded real
+frames) in the lossless tier, samples/s at each --batches with a global shuffle, and the host RAM held.
+
     python benchmarks/bench_lossless.py                  # 300 frames of 3 episodes, both sizes
     python benchmarks/bench_lossless.py --frames 600 --json out.json
+    python benchmarks/bench_lossless.py --gpu --set-frames 3060000 --json gpu.json
     python benchmarks/bench_lossless.py --smoke          # generated 48x64 frames, seconds (CI)
 """
 
@@ -127,6 +134,64 @@ def default_band(h: int, w: int) -> int:
     return min(-(-b // 32) * 32, -(-h // 32) * 32)
 
 
+def gpu(rows: np.ndarray, h: int, w: int, batches, set_frames: int) -> dict:
+    """The GPU decode's rate and the loader's on a DROID-shaped lossless set (see the module docstring)."""
+    import statistics
+    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_scale as scale
+    import robocache
+    from robocache._C import decode_lossless
+    from robocache.frames.lossless import GpuSource, encode_all
+    from robocache.frames.store import FrameStore
+    dev = torch.device("cuda", 0)
+    data, offsets = encode_all(rows, h, w)
+    src = GpuSource(data, offsets, dev)
+    out = {"gpu": torch.cuda.get_device_name(dev), "decode": {}, "loader": {}}
+    for B in batches:
+        M = 3 * B
+        ids = [torch.randint(0, len(rows), (M,), device=dev) for _ in range(8)]
+        planes = torch.empty((M, rows.shape[1]), dtype=torch.uint8, device=dev)
+        scratch = torch.empty((M, src.max_bytes), dtype=torch.uint8, device=dev)
+        decode_lossless(planes, src.data, src.offsets, ids[0], height=h, width=w, scratch=scratch)
+        if not np.array_equal(planes.cpu().numpy(), rows[ids[0].cpu().numpy()]):
+            raise SystemExit(f"GPU decode differs from the frames (batch {B})")
+        ms = []
+        for k in range(30):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            decode_lossless(planes, src.data, src.offsets, ids[k % 8], height=h, width=w, scratch=scratch)
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        med = statistics.median(ms)
+        out["decode"][B] = {"frames": M, "ms": med, "frames_per_s": M / med * 1e3,
+                            "bytes_per_frame": float(np.diff(offsets).mean())}
+        print(f"GPU decode of {M} frames: {med:.3f} ms ({M / med * 1e3:.0f} frames/s)", flush=True)
+    E = -(-set_frames // (len(scale.CAMS) * scale.EP_LEN))
+    stores = {}
+    for k, c in enumerate(scale.CAMS):      # one camera at a time: its bytes laid out, then pinned
+        d, o = scale.replicate(data, offsets, E, seed=k)
+        stores[c] = FrameStore(d, format="lossless", height=h, width=w, channels=3, tier="lossless", device=dev,
+                               offsets=o)
+        del d
+    times = [np.arange(scale.EP_LEN) / scale.FPS] * E
+    ds = robocache.Dataset.from_episodes(scale.lowdim(E, np.random.default_rng(0)), device=dev,
+                                         frames={c: (st, times) for c, st in stores.items()})
+    out["set"] = {"episodes": E, "camera_frames": E * scale.EP_LEN * len(scale.CAMS),
+                  "lossless_gb": sum(st.nbytes for st in stores.values()) / 1e9, "host_rss_gb": scale.rss_gb()}
+    print(ds, out["set"], flush=True)
+    for B in batches:
+        loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=scale.windows(), drop_last=True)
+        torch.cuda.reset_peak_memory_stats(dev)
+        r = scale.rate(lambda: iter(loader), B, 200, 5, dev)
+        r["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+        r["cuda_graph"] = loader.cuda_graph
+        out["loader"][B] = r
+        print(f"loader batch {B}: {r['samples_per_s']:.0f} samples/s", r, flush=True)
+    return out
+
+
 def real_rows(frames: int, size):
     """I420 rows of the real arm episodes, spread over 3 files (PyAV, as the host tier decodes them)."""
     from robocache.frames.ingest import ingest_videos
@@ -161,7 +226,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--smoke", action="store_true", help="generated 48x64 frames, a few seconds")
     ap.add_argument("--no-coder", action="store_true", help="the estimates only")
+    ap.add_argument("--gpu", action="store_true", help="the GPU decode and the loader (a CUDA GPU)")
+    ap.add_argument("--batches", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--set-frames", type=int, default=3_060_000, help="--gpu: camera frames of the set")
     a = ap.parse_args(argv)
+    if a.gpu:
+        rows, h, w = real_rows(a.frames, (180, 320))
+        got = gpu(rows, h, w, a.batches, a.set_frames)
+        if a.json:
+            Path(a.json).write_text(json.dumps(got, indent=1, default=str))
+        return 0
     threads = os.cpu_count() or 1
     cases = []
     if a.smoke:

@@ -85,7 +85,8 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
     if codec == "jpeg":
         options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
     else:
-        options = cache_options(sources, resize, "pyav", tier="lossless", codec="lossless")
+        # the coded format's version (csrc/lossless_math.h's magic): another format is another entry
+        options = cache_options(sources, resize, "pyav", tier="lossless", codec="lossless", format="RCL1")
     label = desc or os.path.basename(os.path.dirname(paths[0]))
     entry = _cache.open_entry(paths, options, label) if cache else None
     cspec = {**spec.to_dict(), "format": codec, "frame_bytes": 0}

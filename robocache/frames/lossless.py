@@ -62,9 +62,13 @@ class GpuSource:
     offsets on the device, and the largest frame (the per-frame scratch row)."""
 
     def __init__(self, data, offsets: np.ndarray, device):
+        import warnings
         import torch
         from .pinned import pin
-        self.data = pin(torch.from_numpy(np.ascontiguousarray(data)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # torch warns about read-only arrays: these bytes are only read
+            t = torch.from_numpy(np.ascontiguousarray(data))
+        self.data = t if t.is_pinned() else pin(t)   # a pinned store's bytes (a move, a copy) stay where they are
         self.offsets = torch.from_numpy(np.asarray(offsets, np.int64)).to(device)
         sizes = np.diff(np.asarray(offsets, np.int64))
         self.max_bytes = int(sizes.max()) if sizes.size else 16

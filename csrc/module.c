@@ -192,7 +192,8 @@ static PyMethodDef methods[] = {
 
 /* The hook table: every op's functions and names (py_<op>.c), in no particular order. */
 static const rc_op *const ops[] = {&rc_resample_op, &rc_voxelize_op, &rc_fuse_op,
-                                   &rc_gather_frames_op, &rc_decode_jpeg_op, &rc_copy_planes_op};
+                                   &rc_gather_frames_op, &rc_decode_jpeg_op, &rc_copy_planes_op,
+                                   &rc_lossless_op};
 _Static_assert(sizeof ops / sizeof *ops == RC_NUM_OPS, "module.c's table lists every rc_op_id");
 
 /* Op's functions into the module, its names interned after the names of the ops before it. */

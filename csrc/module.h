@@ -19,7 +19,7 @@
 /* The ops, in module.c's table; an op's id says where its names are in rc_state. */
 typedef enum {
     RC_OP_RESAMPLE, RC_OP_VOXELIZE, RC_OP_FUSE, RC_OP_GATHER_FRAMES, RC_OP_DECODE_JPEG,
-    RC_OP_COPY_PLANES, RC_NUM_OPS
+    RC_OP_COPY_PLANES, RC_OP_LOSSLESS, RC_NUM_OPS
 } rc_op_id;
 
 /* resample's modes in rc_mode order, for the name lists of the ops that take them */
@@ -90,7 +90,7 @@ typedef struct {
 } rc_op;
 
 extern const rc_op rc_resample_op, rc_voxelize_op, rc_fuse_op, rc_gather_frames_op,
-    rc_decode_jpeg_op, rc_copy_planes_op;
+    rc_decode_jpeg_op, rc_copy_planes_op, rc_lossless_op;
 
 /* The interned names op `id` listed, in its order. */
 static inline PyObject *const *rc_op_names(const rc_state *st, rc_op_id id) {

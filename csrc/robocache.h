@@ -299,6 +299,49 @@ rc_status rc_decode_jpeg_cuda(uint8_t *out, const uint8_t *const *data, const si
 /* "<backend> (nvJPEG x.y.z, <library>)" of the decoder of (device, backend), creating it. */
 rc_status rc_jpeg_backend_cuda(char *name, int name_len, const char *library, int device, int backend);
 
+/* ---- lossless frames: I420 planes <-> MED + interleaved rANS (format: lossless_math.h) ---- */
+
+/* Frame i of rows [count, H*W + 2*ch*cw] (I420) coded into out row i; sizes[i] = its bytes, a multiple
+ * of 16 (zero padding). band: rows per chunk, a multiple of 32 in [32, 65504]. */
+typedef struct {
+    uint8_t *out;              /* [count, capacity] host, C-contiguous */
+    int64_t *sizes;            /* [count] host */
+    const uint8_t *rows;       /* [count, H*W + 2*ch*cw] host, C-contiguous */
+    int64_t count, height, width, band;
+    int64_t capacity;          /* bytes of an out row: >= rc_lossless_bound(height, width, band) */
+} rc_encode_lossless_args;
+
+/* Bytes a coded frame of height x width (each >= 1) in chunks of `band` rows may take, at most. */
+int64_t rc_lossless_bound(int64_t height, int64_t width, int64_t band);
+/* CPU only (the tier codes at ingest); frames in parallel on `num_threads`. */
+rc_status rc_encode_lossless_cpu(const rc_encode_lossless_args *args, int num_threads);
+
+/* out[m] = coded frame ids[m] decoded to its I420 planes. ids[m] < 0 leaves out[m] as it was (CUDA:
+ * also ids[m] >= frames, which the CPU rejects). */
+typedef struct {
+    uint8_t *out;              /* [count, H*W + 2*ch*cw], C-contiguous, on the device of the call */
+    uint8_t *scratch;          /* CUDA with data_on_host: [count, scratch_bytes] device memory the
+                                  sampled frames are copied to first; else NULL */
+    const uint8_t *data;       /* coded frames back to back; CUDA: device memory, or the device alias
+                                  of pinned host memory (data_on_host); frame starts 16-byte aligned */
+    int64_t data_bytes;        /* S: bytes at data (no span reaches past them) */
+    const int64_t *offsets;    /* [frames + 1]: frame i = data[offsets[i], offsets[i+1]); CUDA: device */
+    int64_t offsets_stride;
+    const int64_t *ids;        /* [count]; CUDA: device */
+    int64_t ids_stride;
+    int64_t count, frames, height, width;
+    int64_t scratch_bytes;     /* >= the largest sampled frame's bytes (a larger one decodes garbage) */
+    int32_t data_on_host;
+} rc_decode_lossless_args;
+
+/* CPU: checks every sampled frame (header, tables, chunk spans; each stream must end exactly where
+ * its words do, every state back at its start): a corrupt frame is RC_ERR_VALUE naming it. */
+rc_status rc_decode_lossless_cpu(const rc_decode_lossless_args *args, int num_threads);
+/* CUDA (cuda/lossless.cu): a copy launch (data_on_host) and one decode launch, a warp per chunk, on
+ * `stream`; no host sync. Trusts its input (the tier wrote it) but stays inside every span it is
+ * given: a corrupt frame decodes to garbage in its own row. */
+rc_status rc_decode_lossless_cuda(const rc_decode_lossless_args *args, int device, void *stream);
+
 /* ---- CUDA runtime facts for `robocache info` (cuda/runtime.cu) ------------------------- */
 /* What `ptr` is to the CUDA runtime: *kind 0 = host memory it does not know (pageable), 1 =
  * pinned host memory (page-locked, cudaHostAlloc / cudaHostRegister), 2 = device or managed

@@ -199,12 +199,13 @@ class Dataset:
             index (needs one frame per row).
         show_progress : bool, optional
             Progress bar for video decoding (default: when stderr is a TTY and tqdm is installed).
-        frames : "auto", "device", "host", "disk", "compressed" or dict stream -> tier
+        frames : "auto", "device", "host", "disk", "lossless", "compressed" or dict stream -> tier
             Where video frames live (robocache.frames.plan): GPU memory, pinned host memory the GPU
             reads per batch, or a memory-mapped cache file; batches are identical whatever the tier.
-            "compressed" keeps each frame as a JPEG the GPU decodes per batch (lossy: ``jpeg_qscale``).
-            "auto" fills the device up to its budget, then host RAM, then disk, and only then compressed
-            (with a warning).
+            "lossless" keeps each frame's planes coded without loss (~5x smaller), decoded per batch on
+            the GPU; "compressed" keeps each frame as a JPEG the GPU decodes per batch (lossy:
+            ``jpeg_qscale``). "auto" fills the device up to its budget, then host RAM, then disk, then
+            lossless, and only then compressed (with a warning).
         jpeg_qscale : int
             The compressed tier's quality: FFmpeg's MJPEG ``-q:v``, 1 finest .. 31 (default 2).
         shard_episodes : bool or (rank, world_size)

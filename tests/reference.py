@@ -480,3 +480,93 @@ def gather_frames_ref(storage, ids, out_hw, *, format, height, width, channels, 
     if out_dtype == "bfloat16":
         return bf16_round(out)
     return out.astype(out_dtype)
+
+
+# ---- the lossless frame tier (csrc/lossless_math.h), read against its format comment ----------
+
+
+def med_symbols(plane, band):
+    """Symbols of one plane: MED residuals (pixel - prediction) mod 256, zigzag-mapped (0, -1, 1, -2..
+    -> 0, 1, 2, 3..), the predictor restarting at each band of rows: left on a band's first row (128
+    for its first pixel), up in the first column, else the median of left, up and left + up - upleft."""
+    x = np.asarray(plane, np.int32)
+    rows, cols = x.shape
+    left = np.pad(x, ((0, 0), (1, 0)))[:, :cols]
+    up = np.pad(x, ((1, 0), (0, 0)))[:rows]
+    upleft = np.pad(x, ((1, 0), (1, 0)))[:rows, :cols]
+    pred = np.median(np.stack([left, up, left + up - upleft]), axis=0).astype(np.int32)
+    pred[:, 0] = up[:, 0]
+    first = np.arange(rows) % band == 0
+    pred[first] = left[first]
+    pred[first, 0] = 128
+    r = ((x - pred) & 255).astype(np.uint8).view(np.int8).astype(np.int32)
+    return np.where(r >= 0, 2 * r, -2 * r - 1).astype(np.uint8)
+
+
+def lossless_decode_ref(buf, height, width):
+    """One coded frame -> (I420 row, [symbols of each plane]), in plain Python: the header, the three
+    tables, the chunk directory, then each chunk's 32 rANS states decoding its rows in wavefront order
+    (pass by pass of 32 rows; at step s row t takes column s - t; lanes in order, each reading a 16-bit
+    word when its state falls below 2^16), and the inverse predictor."""
+    b = bytes(buf)
+    u16 = lambda i: b[i] | b[i + 1] << 8                                    # noqa: E731
+    u32 = lambda i: u16(i) | u16(i + 2) << 16                               # noqa: E731
+    assert u32(0) == 0x314C4352 and u32(4) == height and u32(8) == width
+    band, ends = u16(12), [20 + u16(14 + 2 * k) for k in range(3)]
+    tables, start = [], 20
+    for end in ends:
+        freq, i = [], start
+        while len(freq) < 256:
+            v = b[i]
+            if v == 0:
+                freq += [0] * (b[i + 1] + 1)
+                i += 2
+            elif v < 0x80:
+                freq.append(v)
+                i += 1
+            else:
+                freq.append((v & 0x7F) << 8 | b[i + 1])
+                i += 2
+        assert i == end and sum(freq) == 4096
+        tables.append((freq, np.concatenate([[0], np.cumsum(freq)])))
+        start = end
+    ch, cw = (height + 1) // 2, (width + 1) // 2
+    shapes = [(height, width), (ch, cw), (ch, cw)]
+    planes = [np.zeros(s, np.int32) for s in shapes]
+    syms = [np.zeros(s, np.uint8) for s in shapes]
+    chunks = [(k, r) for k in range(3) for r in range(0, shapes[k][0], band)]
+    dir_at = (start + 3) & ~3
+    streams = dir_at + 4 * len(chunks)
+    first_byte = 0
+    for c, (k, r0) in enumerate(chunks):
+        end = u32(dir_at + 4 * c)
+        rows, cols = min(band, shapes[k][0] - r0), shapes[k][1]
+        freq, cum = tables[k]
+        lanes = min(32, rows)
+        at = streams + first_byte
+        x = [u32(at + 4 * t) for t in range(lanes)]
+        word = at + 4 * lanes
+        for q in range(0, rows, 32):
+            active = min(32, rows - q)
+            for s in range(cols + active - 1):
+                for t in range(active):
+                    col = s - t
+                    if not 0 <= col < cols:
+                        continue
+                    slot = x[t] & 4095
+                    v = int(np.searchsorted(cum, slot, side="right") - 1)
+                    x[t] = freq[v] * (x[t] >> 12) + slot - cum[v]
+                    if x[t] < 1 << 16:
+                        x[t] = x[t] << 16 | u16(word)
+                        word += 2
+                    syms[k][r0 + q + t, col] = v
+        assert all(s == 1 << 16 for s in x) and (word - at + 3) & ~3 == end - first_byte
+        first_byte = end
+        for r in range(r0, r0 + rows):                   # the inverse predictor, row by row
+            for col in range(cols):
+                p = planes[k]
+                a, u, ul = (p[r, col - 1] if col else 0), p[r - 1, col], p[r - 1, col - 1]
+                pred = (128 if col == 0 else a) if r == r0 else (u if col == 0 else sorted([a, u, a + u - ul])[1])
+                v = int(syms[k][r, col])
+                p[r, col] = (pred + (-(v + 1) // 2 if v & 1 else v // 2)) & 255
+    return pack_i420(*(p.astype(np.uint8) for p in planes)), syms

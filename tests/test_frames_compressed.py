@@ -287,7 +287,8 @@ def test_auto_warns_with_the_quality(DATA, monkeypatch):
     monkeypatch.setattr(fplan, "disk_free", lambda path: 0)     # no room on disk: lossless tiers are full
     with warnings.catch_warnings(record=True) as ws:
         warnings.simplefilter("always")
-        ds = robocache.Dataset.from_lerobot(root, episodes=[8], device="cpu", host_memory=50_000_000,
+        # 20 MB: the JPEG estimate fits, the lossless one (auto's choice before JPEG) does not
+        ds = robocache.Dataset.from_lerobot(root, episodes=[8], device="cpu", host_memory=20_000_000,
                                             jpeg_qscale=4)
     assert ds.streams["observation.images.top"].frames.qscale == 4
     msg = [str(w.message) for w in ws if "compressed as JPEG" in str(w.message)]

@@ -5,7 +5,7 @@ frame entries live in its ``frames/`` folder, three files each:
 
     <name>.frames     every frame of the stream, rows back to back: the tier buffer's bytes exactly
     <name>.times.npy  float64 [N]: every file's frame times (seconds) back to back
-    <name>.offsets.npy  compressed-tier entries only (spec format "jpeg"): int64 [N+1], frame i is
+    <name>.offsets.npy  coded-tier entries only (spec format "jpeg" or "lossless"): int64 [N+1], frame i is
                       bytes offsets[i]:offsets[i+1] of the data file
     <name>.json       written last, by rename: {"complete": true, key, spec, counts, sources,
                       total_bytes, created, checksum, ...}; no JSON, no entry
@@ -270,7 +270,7 @@ class Entry:
             raise InvalidEntry("incomplete")
         if m_key != key:
             raise InvalidEntry("stale (a source file changed since it was written)")
-        spans = m_spec.get("format") == "jpeg"   # compressed: variable-size frames, an offsets file
+        spans = m_spec.get("format") in ("jpeg", "lossless")   # coded: variable-size frames, an offsets file
         if m_counts.ndim != 1 or (m_counts < 0).any() or (not spans and int(m_counts.sum()) * frame_bytes != total):
             raise InvalidEntry("corrupted metadata (counts and total_bytes disagree)")
         if spec is not None and {k: m_spec.get(k) for k in spec} != spec:

@@ -1,6 +1,8 @@
-"""Ingest into the compressed tier: each video file decoded (PyAV, YUV 4:2:0) and its frames coded as
-JPEG (robocache.frames.jpeg) by a pool of workers, one file each, with a progress bar; the bitstreams go
-into the persistent cache (data + offsets + times), so a second load reads them back instead of coding.
+"""Ingest into a coded tier: each video file decoded (PyAV, YUV 4:2:0) and its frames coded, as JPEG
+(``codec="jpeg"``, the compressed tier: robocache.frames.jpeg) or losslessly (``codec="lossless"``, the
+lossless tier: robocache.frames.lossless), by a pool of workers, one file each, with a progress bar; the
+coded frames go into the persistent cache (data + offsets + times), so a second load reads them back
+instead of coding.
 
 Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams. When every file
 is coded, they are joined into one buffer and freed: the peak is twice the tier's bytes for that moment
@@ -24,23 +26,28 @@ from . import cache as _cache
 from .ingest import cache_options, file_rates, offsets_of, split_times
 from .jpeg import check_qscale, encode_sealed, pack
 from .jpeg_check import CHECK, FrameOrigin, damaged_rows
+from .lossless import encode_rows as encode_lossless_rows
 from .pinned import file_pages
 
 _RING = 16   # decoded frames a worker holds before coding them
 
 
+CODECS = ("jpeg", "lossless")
+
+
 @dataclass
 class Compressed:
-    """What ``ingest_compressed`` produced: the bitstreams of all files back to back (``data`` uint8,
-    frame i = ``data[offsets[i]:offsets[i+1]]``), per-file counts and frame times; ``checksum``: the cache
-    entry's; ``checked``: every frame's CRC verified (not for a mapped entry: each on first use)."""
+    """What ``ingest_compressed`` produced: the coded frames of all files back to back (``data`` uint8,
+    frame i = ``data[offsets[i]:offsets[i+1]]``), per-file counts and frame times; ``qscale``: the JPEG
+    quantizer (None for ``codec="lossless"``); ``checksum``: the cache entry's; ``checked``: every JPEG
+    frame's CRC verified (not for a mapped entry: each on first use)."""
 
     data: np.ndarray
     offsets: np.ndarray
     counts: np.ndarray
     times: list
     spec: FrameSpec
-    qscale: int
+    qscale: int | None
     from_cache: bool
     cache_path: str | None
     mapped: bool
@@ -49,6 +56,7 @@ class Compressed:
     sources: list = field(default_factory=list)
     checksum: str | None = None
     checked: bool = True
+    codec: str = "jpeg"
 
     def origin(self, stream: str) -> FrameOrigin:
         """The FrameStore's origin for these frames (jpeg_check: the error naming a damaged frame)."""
@@ -58,7 +66,8 @@ class Compressed:
 
     def __repr__(self):
         n = len(self.offsets) - 1
-        return (f"Compressed({len(self.counts)} files, {n} frames jpeg q{self.qscale} {self.spec.height}x"
+        kind = f"jpeg q{self.qscale}" if self.codec == "jpeg" else self.codec
+        return (f"Compressed({len(self.counts)} files, {n} frames {kind} {self.spec.height}x"
                 f"{self.spec.width}, {self.data.nbytes / 1e6:.1f} MB ({self.data.nbytes / max(n, 1):.0f} B/frame), "
                 f"{'from cache' if self.from_cache else 'coded'}{', mapped' if self.mapped else ''} in "
                 f"{self.seconds:.2f} s ({self.frames_per_s:.0f} frames/s))")
@@ -66,26 +75,32 @@ class Compressed:
 
 def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = True, workers: int | None = None,
                       show_progress: bool | None = None, desc: str = "", spec: FrameSpec | None = None,
-                      counts=None, infos=None, host_budget: int | None = None) -> Compressed:
-    """The video sources of ONE stream (one per episode: files, or spans of shared files) into
-    compressed-tier bitstreams.
+                      counts=None, infos=None, host_budget: int | None = None, codec: str = "jpeg") -> Compressed:
+    """The video sources of ONE stream (one per episode: files, or spans of shared files) into coded
+    frames: JPEG bitstreams at ``qscale`` (``codec="jpeg"``), or lossless ones (``codec="lossless"``).
 
     ``host_budget``: bytes the tier may keep in RAM; a cached entry larger than that is memory-mapped
     (the OS pages it in) instead of read. Raises ReaderError as ``ingest_videos`` does.
     """
     t0 = time.perf_counter()
-    qscale = check_qscale(qscale)
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+    qscale = check_qscale(qscale) if codec == "jpeg" else None
     sources = as_sources(sources)
     paths = [s.path for s in sources]
     if spec is None:
         spec, counts, infos = probe_sources(sources, resize=resize, backend="pyav", workers=workers)
     if spec.format != "yuv420":
-        raise ValueError(f"the compressed tier codes YUV 4:2:0 frames from PyAV; this stream decodes to {spec.format}")
+        raise ValueError(f"the {codec} tier codes YUV 4:2:0 frames from PyAV; this stream decodes to {spec.format}")
     counts = np.asarray(counts, np.int64)
-    options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
+    if codec == "jpeg":
+        options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
+    else:
+        # the coded format's version (csrc/lossless_math.h's magic): another format is another entry
+        options = cache_options(sources, resize, "pyav", tier="lossless", codec="lossless", format="RCL1")
     label = desc or os.path.basename(os.path.dirname(paths[0]))
     entry = _cache.open_entry(paths, options, label) if cache else None
-    cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0, "check": CHECK}
+    cspec = {**spec.to_dict(), "format": codec, "frame_bytes": 0, **({"check": CHECK} if codec == "jpeg" else {})}
     with entry.lock() if entry is not None else contextlib.nullcontext():
         got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget,
                     FrameOrigin(desc or label, [str(s) for s in sources], counts)) if entry is not None else None
@@ -93,6 +108,7 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
             got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
                             desc or label)
     got.sources = [str(s) for s in sources]
+    got.codec = codec
     got.seconds = time.perf_counter() - t0
     got.frames_per_s = (len(got.offsets) - 1) / got.seconds if got.seconds > 0 else float("inf")
     return got
@@ -115,7 +131,7 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origi
         data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
         # in RAM: every frame's CRC now, so a damaged one is coded again before any batch (a mapped
         # entry's frames are checked on first use instead: reading them all would read the whole file)
-        bad = damaged_rows(data, offsets)
+        bad = damaged_rows(data, offsets) if cspec["format"] == "jpeg" else []   # lossless: no CRC (yet)
         if len(bad):
             failed = entry.remove()
             _cache.warn(f"robocache cache entry {entry.meta_path} ({origin.stream}) has {len(bad)} damaged frames, "
@@ -148,7 +164,8 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
             ring = local.ring = np.empty((_RING, fb), np.uint8)
 
         def code(first, sl):
-            for k, bits in enumerate(encode_sealed(ring[sl], H, W, qscale)):
+            coded = encode_lossless_rows(ring[sl], H, W) if qscale is None else encode_sealed(ring[sl], H, W, qscale)
+            for k, bits in enumerate(coded):
                 frames[job.place(first + k)] = bits
 
         rows = Rows(job.n, ring, flush=code)
@@ -167,7 +184,7 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
         return times
 
     try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-jpeg") as pool:
+        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-code") as pool:
             results = list(pool.map(work, jobs))
     finally:
         if bar is not None:
@@ -198,6 +215,6 @@ def _save(entry, data, offsets, counts, times, sources, options, cspec):
     except OSError as e:
         if writer is not None:
             writer.abort()
-        _cache.warn(f"robocache could not write the compressed frames to its cache in {entry.root} ({e}); "
+        _cache.warn(f"robocache could not write the coded frames to its cache in {entry.root} ({e}); "
                     f"the next load codes them again")
         return None

@@ -12,10 +12,12 @@ Budgets (bytes), unless given:
 - address space, only under ``RLIMIT_AS``: 50% of what it leaves, shared by every tier but the GPU's
   (host buffers, and the disk and compressed tiers' maps of their cache files), the rest for the
   decoders' threads and the training process.
-``auto`` puts each stream whole into the first tier with room, in the order device, host, disk, and
-only then ``compressed`` (lossy: JPEG, see jpeg.py; the loader warns when auto picks it). Compressed
-bytes are not known before coding: the plan counts ``JPEG_BITS_PER_PIXEL`` per pixel, and they live in
-host RAM when they fit its budget, else mapped from the cache file on disk.
+``auto`` puts each stream whole into the first tier with room, in the order device, host, disk, then
+``lossless`` (the frames' planes coded without loss, see lossless.py: batches bit-identical to the host
+tier's), and only then ``compressed`` (lossy: JPEG, see jpeg.py; the loader warns when auto picks it).
+Coded bytes are not known before coding: the plan counts ``LOSSLESS_BITS_PER_PIXEL`` and
+``JPEG_BITS_PER_PIXEL`` per pixel, and they live in host RAM when they fit its budget, else mapped from
+the cache file on disk.
 A plan that cannot fit raises one ``MemoryError`` naming the bytes needed and available and the ways out.
 """
 
@@ -29,11 +31,15 @@ from numbers import Real
 
 from .. import memory
 
-TIER_ORDER = ("device", "host", "disk", "compressed")
+TIER_ORDER = ("device", "host", "disk", "lossless", "compressed")
+CODED = ("lossless", "compressed")   # tiers of coded frames: their bytes in host RAM, else mapped from disk
 CHOICES = ("auto",) + TIER_ORDER
 # compressed-tier bytes per pixel the plan assumes: 2x the 0.5 bit/pixel measured at qscale 2 on the
 # CR5 arm's 480x640 footage (docs/frame-storage.md); noisier cameras code larger
 JPEG_BITS_PER_PIXEL = 1.0
+# lossless-tier bytes per pixel the plan assumes: the CR5 arm's frames took 2.0 (480x640) and 2.6 (180x320)
+# bits per pixel over 300 frames, one episode 3.3 (docs/frame-storage.md); 4 leaves room for noisier cameras
+LOSSLESS_BITS_PER_PIXEL = 4.0
 DEVICE_SHARE = 0.25
 HOST_SHARE = 0.50
 DISK_RESERVE = 1 << 30
@@ -59,8 +65,15 @@ class Need:
         """The compressed tier's estimate (JPEG_BITS_PER_PIXEL)."""
         return int(self.frames * self.height * self.width * JPEG_BITS_PER_PIXEL / 8)
 
+    @property
+    def lossless_bytes(self) -> int:
+        """The lossless tier's estimate (LOSSLESS_BITS_PER_PIXEL)."""
+        return int(self.frames * self.height * self.width * LOSSLESS_BITS_PER_PIXEL / 8)
+
     def bytes_in(self, tier: str) -> int:
-        return self.compressed_bytes if tier == "compressed" else self.nbytes
+        if tier in CODED:
+            return self.compressed_bytes if tier == "compressed" else self.lossless_bytes
+        return self.nbytes
 
 
 def _gb(n: float) -> str:
@@ -154,13 +167,13 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
         tiers = TIER_ORDER if want == "auto" else (want,)
         for t in tiers:
             size = need.bytes_in(t)
-            pools = ("host", "disk") if t == "compressed" else ("host" if cpu and t == "device" else t,)
+            pools = ("host", "disk") if t in CODED else ("host" if cpu and t == "device" else t,)
             # a cached stream's disk tier maps the entry that is there: no disk space to find
             need_of = {p: 0 if p == "disk" and t == "disk" and need.cached else size for p in pools}
             pool = next((p for p in pools if need_of[p] <= left[p]), None)
             # every tier but the GPU's maps its bytes into this process: RLIMIT_AS counts them
             mapped = cpu or t != "device"
-            if pool is not None and (t != "compressed" or need.height * need.width > 0) \
+            if pool is not None and (t not in CODED or need.height * need.width > 0) \
                     and (not mapped or size <= left["address"]):
                 left[pool] -= need_of[pool]
                 if mapped:
@@ -184,6 +197,7 @@ def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> 
              + ("" if b.address is None else f", address space {_gb(left['address'])} of {_gb(b.address)} "
                                              f"({HOST_SHARE:.0%} of what RLIMIT_AS leaves)")]
     ways = ["video_resize=(h, w) stores fewer bytes per frame",
+            f"frames='lossless' codes the frames without loss (~{_gb(need.lossless_bytes)} for this stream)",
             f"frames='compressed' codes the frames as JPEG (lossy; ~{_gb(need.compressed_bytes)} for this stream)",
             "episodes=[...] loads part of the dataset",
             "frames='disk' (or 'host') puts the frames in another tier"

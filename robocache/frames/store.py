@@ -1,13 +1,16 @@
 """FrameStore: one image stream's frames in one tier, and "these frames into this batch".
 
 Storage is one row per frame: RGB-like ``[N, H, W, C]`` (uint8 or float32, as the source stored it) or
-YUV 4:2:0 ``[N, H*W + 2*ch*cw]`` uint8 (I420, as the video decoder hands it back: 1.5 bytes/pixel); or,
-in the compressed tier, each frame's I420 planes coded as a JPEG (bytes back to back + offsets, see jpeg.py).
+YUV 4:2:0 ``[N, H*W + 2*ch*cw]`` uint8 (I420, as the video decoder hands it back: 1.5 bytes/pixel); or
+each frame's I420 planes coded, bytes back to back + offsets: losslessly in the lossless tier (lossless.py),
+as a JPEG in the compressed tier (jpeg.py).
 Tiers: ``device`` (a tensor on the dataset's GPU), ``host`` (pinned host memory the GPU reads directly:
 only the sampled frames cross the bus), ``disk`` (a read-only memory-mapped cache file; batches stage the
 sampled frames through pinned buffers, see ``stage``), ``cpu`` (a CPU dataset: plain memory), ``compressed``
 (JPEG bitstreams in host memory, or mapped from the cache file when they exceed the host budget; each batch
-decodes only its sampled frames, on the GPU with nvJPEG: lossy, opt-in or the plan's last resort).
+decodes only its sampled frames, on the GPU with nvJPEG: lossy, opt-in or the plan's last resort), ``lossless``
+(MED + rANS coded planes in pinned host memory, or mapped; each batch decodes its sampled frames on the GPU:
+bit-identical to the host tier, about a fifth of its bytes).
 Every tier goes through the same kernel (``robocache._C.gather_frames``: gather, YUV -> RGB, resize,
 layout, dtype in one pass), so batches are bit-identical whatever the tier.
 """
@@ -21,8 +24,9 @@ from .._util import torch as _torch
 from ..video.layout import yuv420_bytes
 
 
-TIERS = ("device", "host", "disk", "cpu", "compressed")
-FORMATS = ("rgb", "yuv420", "jpeg")
+TIERS = ("device", "host", "disk", "cpu", "lossless", "compressed")
+FORMATS = ("rgb", "yuv420", "lossless", "jpeg")
+SPANS = ("lossless", "jpeg")   # formats stored as variable-size frames: bytes back to back + offsets
 
 
 
@@ -58,9 +62,9 @@ class FrameStore:
     ----------
     data : torch.Tensor
         The storage rows: ``[N, H, W, C]`` for ``rgb``, ``[N, frame_bytes]`` uint8 for ``yuv420``;
-        on the GPU (device tier) or the CPU (host: pinned; disk: over a memory map; cpu). ``jpeg``: numpy
-        uint8 ``[S]``, every frame's bitstream back to back (in RAM or over the cache file's map).
-    format : "rgb", "yuv420" or "jpeg" (compressed tier: 4:2:0 planes as JPEG)
+        on the GPU (device tier) or the CPU (host: pinned; disk: over a memory map; cpu). ``jpeg`` and
+        ``lossless``: numpy uint8 ``[S]``, every frame's bytes back to back (in RAM or over the cache file's map).
+    format : "rgb", "yuv420", "lossless" (its planes MED + rANS coded) or "jpeg" (compressed tier: as JPEG)
     height, width, channels : int
         The decoded frame (``yuv420`` decodes to 3 channels of uint8).
     tier : "device", "host", "disk" or "cpu"
@@ -74,7 +78,7 @@ class FrameStore:
     path : str or None
         The file behind a disk-tier (or compressed) store.
     offsets : numpy int64 [N+1] or None
-        ``jpeg``: frame i is ``data[offsets[i]:offsets[i+1]]``.
+        ``jpeg``, ``lossless``: frame i is ``data[offsets[i]:offsets[i+1]]``.
     qscale : int or None
         ``jpeg``: the encoder's quantizer scale (FFmpeg's MJPEG ``-q:v``), the quality of the tier.
     origin : jpeg_check.FrameOrigin or None
@@ -95,9 +99,15 @@ class FrameStore:
         self.device = _torch().device(device)
         self.rows, self.path = rows, path
         self.offsets, self.qscale, self.origin = offsets, qscale, origin
-        if (format == "jpeg") != (offsets is not None):
-            raise ValueError("format 'jpeg' (and only it) takes offsets")
+        if (format in SPANS) != (offsets is not None):
+            raise ValueError(f"formats {SPANS} (and only they) take offsets")
         self._host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
+        self.gpu = None   # lossless on a GPU: its bytes pinned, offsets on the device (lossless.GpuSource)
+        if format == "lossless" and self.device.type == "cuda":
+            from .lossless import gpu_source
+            self.gpu = gpu_source(data, offsets, self.device)
+            if self.gpu is not None:   # the pinned copy is the store's bytes: one copy in RAM
+                self.data = self.gpu.data.numpy()
 
     @classmethod
     def from_rgb(cls, values, device=None) -> "FrameStore":
@@ -118,10 +128,18 @@ class FrameStore:
                path=None, matrix: str = "bt601", full_range: bool = False, qscale: int = 2) -> "FrameStore":
         """A store of ``rows`` (numpy or torch: ``[N, H, W, C]`` rgb or ``[N, frame_bytes]`` yuv420) in
         ``tier``: copied to the device, into pinned host memory, or written to ``path`` and mapped;
-        ``compressed``: yuv420 rows coded as JPEG at ``qscale`` (robocache.frames.jpeg), kept in RAM."""
+        ``compressed``: yuv420 rows coded as JPEG at ``qscale`` (robocache.frames.jpeg), kept in RAM;
+        ``lossless``: yuv420 rows coded losslessly (robocache.frames.lossless), kept in RAM."""
         torch = _torch()
         device = torch.device(device)
         a = rows.cpu().numpy() if isinstance(rows, torch.Tensor) else np.ascontiguousarray(rows)
+        if tier == "lossless":
+            if format != "yuv420":
+                raise ValueError(f"tier 'lossless' codes yuv420 frames (the video decoder's), got format {format!r}")
+            from .lossless import encode_all as encode_lossless
+            data, offsets = encode_lossless(a, height, width)
+            return cls(data, format="lossless", height=height, width=width, channels=3, tier=tier, device=device,
+                       matrix=matrix, full_range=full_range, offsets=offsets)
         if tier == "compressed":
             if format != "yuv420":
                 raise ValueError(f"tier 'compressed' codes yuv420 frames (the video decoder's), got format {format!r}")
@@ -168,23 +186,25 @@ class FrameStore:
     @property
     def dtype(self):
         """dtype of a decoded frame (uint8 for video)."""
-        return _torch().uint8 if self.format == "jpeg" else self.data.dtype
+        return _torch().uint8 if self.format in SPANS else self.data.dtype
 
     @property
     def host_staged(self) -> bool:
         """Whether a GPU batch needs its frame ids on the host (the disk tier copies those frames, the
-        compressed tier hands their bitstreams to nvJPEG): the loader computes them from its host order."""
-        return self.is_cuda and (self.tier == "disk" or self.format == "jpeg")
+        compressed tier hands their bitstreams to nvJPEG, a lossless store mapped from its cache file stages
+        them): the loader computes them from its host order."""
+        return self.is_cuda and (self.tier == "disk" or self.format == "jpeg"
+                                 or (self.format == "lossless" and self.gpu is None))
 
     @property
     def yuv_bytes(self) -> int:
-        """Bytes of one decoded I420 frame (``yuv420`` and ``jpeg``)."""
+        """Bytes of one decoded I420 frame (``yuv420``, ``lossless`` and ``jpeg``)."""
         return yuv420_bytes(self.height, self.width)
 
     @property
     def frame_bytes(self) -> int:
-        """Stored bytes per frame (``jpeg``: the mean)."""
-        if self.format == "jpeg":
+        """Stored bytes per frame (``jpeg``, ``lossless``: the mean)."""
+        if self.format in SPANS:
             n = len(self.offsets) - 1
             return int(round(int(self.offsets[-1]) / n)) if n else 0
         return math.prod(self.data.shape[1:]) * self.data.element_size()
@@ -192,15 +212,15 @@ class FrameStore:
     @property
     def nbytes(self) -> int:
         """Bytes the storage holds (the whole file for a disk-tier subset)."""
-        if self.format == "jpeg":
+        if self.format in SPANS:
             return int(self.data.nbytes) + int(self.offsets.nbytes)
         return int(self.data.shape[0]) * self.frame_bytes
 
     def episode_bytes(self, offsets) -> np.ndarray:
         """Stored bytes of each episode's frames, int64 ``[E]``, for frame ``offsets [E+1]`` (host): what a
-        rank holding those episodes holds (``jpeg``: each frame's own size)."""
+        rank holding those episodes holds (``jpeg``, ``lossless``: each frame's own size)."""
         offsets = np.asarray(offsets, np.int64)
-        if self.format != "jpeg":
+        if self.format not in SPANS:
             return np.diff(offsets) * self.frame_bytes
         sizes = np.diff(self.offsets)
         if self._host_rows is not None:
@@ -260,6 +280,9 @@ class FrameStore:
         if self.format == "jpeg":
             from .jpeg import gather_jpeg
             return gather_jpeg(self, view, ids, scale, host_ids)
+        if self.format == "lossless":
+            from .lossless import gather_lossless
+            return gather_lossless(self, view, ids, scale, host_ids)
         if self.tier == "disk":
             from .stage import gather_disk
             return gather_disk(self, view, ids, scale, host_ids)
@@ -301,12 +324,12 @@ class FrameStore:
             rows = self._host_rows[rows]
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   device=self.device, matrix=self.matrix, full_range=self.full_range)
-        if self.tier == "compressed" and not isinstance(self.data, np.memmap):
+        if self.format in SPANS and not isinstance(self.data, np.memmap):
             # in RAM: the subset's own bitstreams, so a rank's shard holds only its episodes' bytes
             data, offsets = _take_spans(self.data, self.offsets, rows)
             return FrameStore(data, tier=self.tier, path=self.path, offsets=offsets, qscale=self.qscale,
                               origin=None if self.origin is None else self.origin.take(rows), **kw)
-        if self.tier in ("disk", "compressed"):
+        if self.tier in ("disk", "compressed", "lossless"):
             r = torch.from_numpy(rows)
             return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
                               offsets=self.offsets, qscale=self.qscale, origin=self.origin, **kw)

@@ -42,22 +42,24 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
     for k, paths in videos.items():
         spec, counts, infos = probed[k]
         tier = tiers[k]
-        if tier == "compressed":
+        if tier in ("compressed", "lossless"):
             asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
-            if asked == "auto":
+            if asked == "auto" and tier == "compressed":
                 warnings.warn(f"{source + ': ' if source else ''}frames of {k!r} do not fit the device, host or disk "
                               f"budgets decoded, so they are kept compressed as JPEG at jpeg_qscale={jpeg_qscale} "
                               f"(lossy; docs/frame-storage.md gives the PSNR per setting). Raise a budget or pass "
                               f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
                               stacklevel=3)
+            codec = "jpeg" if tier == "compressed" else "lossless"
             got = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
                                     show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
-                                    infos=infos, host_budget=max(0, host_left))
+                                    infos=infos, host_budget=max(0, host_left), codec=codec)
             if not got.mapped:
                 host_left -= got.data.nbytes
-            store = FrameStore(got.data, format="jpeg", height=spec.height, width=spec.width, channels=3,
-                               tier="compressed", device=device, matrix=spec.matrix, full_range=spec.full_range,
-                               path=got.cache_path, offsets=got.offsets, qscale=jpeg_qscale, origin=got.origin(k))
+            store = FrameStore(got.data, format=codec, height=spec.height, width=spec.width, channels=3,
+                               tier=tier, device=device, matrix=spec.matrix, full_range=spec.full_range,
+                               path=got.cache_path, offsets=got.offsets, qscale=got.qscale,
+                               origin=got.origin(k) if codec == "jpeg" else None)
             out[k] = (store, list(got.times))
             continue
         got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,

@@ -135,10 +135,12 @@ def test_plan_in_a_1gib_container_picks_disk(tmp_path, monkeypatch, no_rlimit):
 
 def test_address_space_counts_every_tier_but_the_gpu():
     """Under RLIMIT_AS the disk tier's map takes address space as much as memory does."""
-    n = fplan.Need("cam", 100, 100, 10, 10)          # 10,000 bytes decoded, 1,250 compressed
+    n = fplan.Need("cam", 100, 100, 10, 10)          # 10,000 bytes decoded, 5,000 lossless, 1,250 compressed
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
-    b = fplan.Budgets(device=10**6, host=10**6, disk=10**6, disk_dir="/tmp", address=5000)
+    b = fplan.Budgets(device=10**6, host=10**6, disk=10**6, disk_dir="/tmp", address=4999)
     assert fplan.plan([n], "auto", b, device=cpu) == {"cam": "compressed"}
+    b.address = 5000
+    assert fplan.plan([n], "auto", b, device=cpu) == {"cam": "lossless"}
     assert fplan.plan([n], "auto", b, device=cuda) == {"cam": "device"}
     with pytest.raises(MemoryError, match=r"(?s)address space 0\.00 GB of 0\.00 GB .*ulimit -v"):
         fplan.plan([n], "disk", b, device=cpu)
@@ -180,8 +182,9 @@ CHILD = textwrap.dedent("""
 
 def test_auto_fits_under_rlimit_as(DATA, tmp_path):
     """The picknplace frames (206 MB decoded) with 200 MB of address space left: decoded they do not fit
-    the plan's half, so auto keeps them compressed (17 MB) and the load succeeds. Before the plan read
-    RLIMIT_AS it chose memory and died on the map (OSError ENOMEM, or std::bad_alloc)."""
+    the plan's half, so auto keeps them coded (lossless: 69 MB by the plan's estimate) and the load
+    succeeds. Before the plan read RLIMIT_AS it chose memory and died on the map (OSError ENOMEM, or
+    std::bad_alloc)."""
     if "libasan" in os.environ.get("LD_PRELOAD", ""):
         pytest.skip("ASan's shadow memory cannot live under RLIMIT_AS (the sanitized CI pass)")
     src = DATA / "groot_picknplace"
@@ -195,4 +198,4 @@ def test_auto_fits_under_rlimit_as(DATA, tmp_path):
                        env=env, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got == {"tier": "compressed", "frames": 2096, "shape": [2, 256, 256, 3]}
+    assert got == {"tier": "lossless", "frames": 2096, "shape": [2, 256, 256, 3]}

@@ -33,6 +33,19 @@ def files(DATA):
     return [str(root / f"episode_00000{e}.mp4") for e in (7, 8)]
 
 
+def _children(pid: int) -> list[str]:
+    """The pids whose parent is ``pid``, from /proc (no pgrep: under the sanitizer suite's LD_PRELOAD
+    a pgrep child once hung in its own startup for 18 minutes)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:   # gone meanwhile
+            continue
+        if fields[1] == str(pid):
+            out.append(stat.parent.name)
+    return out
+
 def test_decode_processes_hold_no_lock_of_the_cache(files, cache_env, monkeypatch, tmp_path):
     seen = tmp_path / "fds.txt"
     real = rc_decode.DECODERS["pyav"]
@@ -111,7 +124,7 @@ def test_a_killed_job_leaves_the_next_load_free(files, cache_env, sig, tmp_path)
     children, deadline = [], time.monotonic() + 60
     while len(children) < 2 and time.monotonic() < deadline:   # decoding, in processes, under the lock
         time.sleep(0.5)
-        children = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        children = _children(p.pid)
     assert children, "the ingest runs no decode process"
     time.sleep(1)
     p.send_signal(sig)

@@ -107,12 +107,13 @@ def frames_dir() -> Path:
     return cache_dir() / _SUBDIR
 
 
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # unreachable
+def human_bytes(n: float) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(x) < 1024:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} TiB"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,9 +570,9 @@ def clear(names=None, *, all: bool = False) -> list[str]:
             except OSError as e:
                 failed.append((p, e))
     if failed:
-        p, e = failed[0]
-        warn(f"robocache could not remove {len(failed)} files of its cache in {root}, e.g. {p} "
-             f"({e.strerror or e}); the cache dir is read-only or another user's")
+        path, err = failed[0]
+        warn(f"robocache could not remove {len(failed)} files of its cache in {root}, e.g. {path} "
+             f"({err.strerror or err}); the cache dir is read-only or another user's")
     return sorted(chosen - {p.name.split(".", 1)[0] for p, _ in failed})
 
 
@@ -621,7 +622,7 @@ def main(argv=None) -> int:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 1
     for name in removed:
-        e = before[name]
-        print(f"removed {name} ({e['status']}, {e['frames']} frames, {human_bytes(e['bytes'])})")
+        gone = before[name]
+        print(f"removed {name} ({gone['status']}, {gone['frames']} frames, {human_bytes(gone['bytes'])})")
     print(f"removed {len(removed)} entries, {human_bytes(sum(before[n]['bytes'] for n in removed))}, from {frames_dir()}")
     return 0

@@ -367,7 +367,7 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
         if tier == "host":
             # decoded into fresh memory whose pages the decoders fault in (on every core, 2 MiB at a time
             # where the kernel gives huge pages), pinned afterwards when torch sees a GPU
-            result = {}
+            result: dict[str, list] = {}
             data = host_buffer(torch, shape(spec, n_total), fill=lambda arr: result.update(times=decode(arr)))
             times = result["times"]
         else:
@@ -382,7 +382,7 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
         raise
 
     cache_path = None
-    if writer is not None:
+    if writer is not None and writes is not None:    # both or neither
         if writes.failed:
             _cache.warn(f"robocache could not write its cache in {writer.root} ({writes.failed[0]}); "
                         f"going on without a cache")

@@ -50,15 +50,15 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
                               f"(lossy; docs/frame-storage.md gives the PSNR per setting). Raise a budget or pass "
                               f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
                               stacklevel=3)
-            got = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
-                                    show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
-                                    infos=infos, host_budget=max(0, host_left))
-            if not got.mapped:
-                host_left -= got.data.nbytes
-            store = FrameStore(got.data, format="jpeg", height=spec.height, width=spec.width, channels=3,
+            coded = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
+                                      show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
+                                      infos=infos, host_budget=max(0, host_left))
+            if not coded.mapped:
+                host_left -= coded.data.nbytes
+            store = FrameStore(coded.data, format="jpeg", height=spec.height, width=spec.width, channels=3,
                                tier="compressed", device=device, matrix=spec.matrix, full_range=spec.full_range,
-                               path=got.cache_path, offsets=got.offsets, qscale=jpeg_qscale)
-            out[k] = (store, list(got.times))
+                               path=coded.cache_path, offsets=coded.offsets, qscale=jpeg_qscale)
+            out[k] = (store, list(coded.times))
             continue
         got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,
                             device=device if tier == "device" else None, resize=resize,

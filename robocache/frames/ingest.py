@@ -30,6 +30,7 @@ import contextlib
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -251,8 +252,16 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts):
     else:
         with open(entry.data_path, "rb") as f:
             data = upload(torch, f.fileno(), spec, n, dev)
+    if tier != "device":
+        held_while_alive(entry, data)
     return Ingested(data=data, counts=counts, offsets=offsets, times=split_times(times, offsets), spec=spec,
                     from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
+
+
+def held_while_alive(entry, data) -> None:
+    """The entry stays held (never evicted nor cleared, see cache_folder) while ``data``, a map of its
+    data file, lives. Taken under the entry's lock."""
+    weakref.finalize(data, entry.hold().release)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,6 +400,8 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
             cache_path = commit(writer, entry, paths, stats, options, spec, counts, times, tier)
         if tier == "disk":
             data = map_file(torch, cache_path or writer.path, spec, n_total)
+            if cache_path is not None:
+                held_while_alive(entry, data)
         if cache_path is None:
             writer.abort()  # cache=False or not kept: a file of our own, gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
@@ -462,6 +473,8 @@ def _decode_all_processes(torch, jobs, paths, spec, counts, *, tier, dev, entry,
         data = map_file(torch, path, spec, n_total)
     elif tier == "host":
         data = host_pages(torch, path, spec, n_total)
+    if cache_path is not None and tier != "device":
+        held_while_alive(entry, data)
     if cache_path is None:
         writer.abort()  # a file of our own (cache=False, or not kept), gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,

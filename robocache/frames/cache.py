@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import sys
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +233,11 @@ class Entry:
         unmapped). Taken with the entry's lock held; released by ``Hold.release`` (or at exit). A
         rebuild renames a new file into place: the holders keep the old one, and their lock with it."""
         return Hold(lock_file(self.data_path, wait=True, shared=True, create=False))
+
+    def held_by(self, data) -> None:
+        """The entry stays held (``hold``) while ``data``, an object over a map of its data file, lives.
+        Taken under the entry's lock."""
+        weakref.finalize(data, self.hold().release)
 
     def claim(self):
         """cache_folder.claim of this entry: None with its lock taken when no process holds it, else why."""

@@ -21,6 +21,7 @@ import numpy as np
 from .._util import cpu_count, progress_bar
 from ..video import FrameSpec, Rows, Ticker, as_sources, decode_job, make_jobs, probe_sources
 from . import cache as _cache
+from . import reuse
 from .ingest import cache_options, file_rates, offsets_of, split_times
 from .jpeg import check_qscale, encode_rows, pack
 from .pinned import file_pages
@@ -77,6 +78,15 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
     cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0}
     with entry.lock() if entry is not None else contextlib.nullcontext():
         got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget) if entry is not None else None
+        if got is None and entry is not None:
+            def code(rest: list[int]) -> reuse.Decoded:
+                sub = ingest_compressed([sources[i] for i in rest], qscale=qscale, resize=resize, cache=False,
+                                        workers=workers, show_progress=show_progress, desc=desc, spec=spec,
+                                        counts=counts[rest], infos=None if infos is None else [infos[i] for i in rest])
+                return reuse.Decoded(sub.data, sub.counts, sub.times, cspec, sub.offsets)
+
+            if reuse.assemble(entry, sources, options, cspec, counts, code):    # rows other entries hold
+                got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget)
         if got is None:
             got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
                             desc or label)
@@ -100,6 +110,7 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget):
         # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read)
         pages = file_pages(entry.data_path, (total,))
         data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
+    entry.held_by(data)     # a map of the entry's file: not evicted nor cleared while it lives
     return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, True,
                       str(entry.data_path), mapped)
 

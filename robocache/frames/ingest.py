@@ -30,7 +30,6 @@ import contextlib
 import os
 import threading
 import time
-import weakref
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -40,6 +39,7 @@ from .._util import cpu_count, progress_bar
 from ..video import (FrameSpec, Rows, Ticker, VideoSource, as_sources, check_resize, decode_job, make_jobs,
                      probe_sources, probe_video, resolve_backend)
 from . import cache as _cache
+from . import reuse
 from .buffers import Uploader, device_buffer, host_buffer, host_pages, map_file, resolve_device, shape, torch_or_error, upload
 from .pool import end_pool, raise_first
 from .processes import decode_in_processes, decode_processes
@@ -70,6 +70,7 @@ class Ingested:
     frames_per_s: float
     tier: str = ""
     infos: list = field(default_factory=list, repr=False)
+    reused: int = 0   # sources whose frames were copied from other cache entries (reuse.py)
 
     def __repr__(self):
         d = self.data
@@ -211,6 +212,19 @@ def ingest_videos(sources, *, tier: str, device=None, resize=None, backend: str 
     with entry.lock() if entry is not None else contextlib.nullcontext():
         if entry is not None:
             hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts)
+            if hit is None:
+                def decode(rest: list[int]) -> reuse.Decoded:
+                    got = ingest_videos([sources[i] for i in rest], tier="disk", resize=resize, backend=name,
+                                        cache=False, workers=workers, show_progress=show_progress, desc=desc,
+                                        spec=spec, counts=None if counts is None else counts[rest],
+                                        infos=None if infos is None else [infos[i] for i in rest])
+                    return reuse.Decoded(got.data.numpy().reshape(-1), got.counts, got.times, got.spec.to_dict())
+
+                reused = reuse.assemble(entry, sources, options, spec.to_dict() if spec is not None else None,
+                                        counts, decode)
+                hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts) if reused else None
+                if hit is not None:
+                    hit.reused, hit.from_cache = reused, reused == len(sources)
             if hit is not None:
                 return _finish(hit, t_start)
         if spec is None:
@@ -253,15 +267,11 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts):
         with open(entry.data_path, "rb") as f:
             data = upload(torch, f.fileno(), spec, n, dev)
     if tier != "device":
-        held_while_alive(entry, data)
+        entry.held_by(data)
     return Ingested(data=data, counts=counts, offsets=offsets, times=split_times(times, offsets), spec=spec,
                     from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
 
 
-def held_while_alive(entry, data) -> None:
-    """The entry stays held (never evicted nor cleared, see cache_folder) while ``data``, a map of its
-    data file, lives. Taken under the entry's lock."""
-    weakref.finalize(data, entry.hold().release)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,7 +411,7 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
         if tier == "disk":
             data = map_file(torch, cache_path or writer.path, spec, n_total)
             if cache_path is not None:
-                held_while_alive(entry, data)
+                entry.held_by(data)
         if cache_path is None:
             writer.abort()  # cache=False or not kept: a file of our own, gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
@@ -474,7 +484,7 @@ def _decode_all_processes(torch, jobs, paths, spec, counts, *, tier, dev, entry,
     elif tier == "host":
         data = host_pages(torch, path, spec, n_total)
     if cache_path is not None and tier != "device":
-        held_while_alive(entry, data)
+        entry.held_by(data)
     if cache_path is None:
         writer.abort()  # a file of our own (cache=False, or not kept), gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,

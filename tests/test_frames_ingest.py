@@ -425,7 +425,8 @@ def test_cache_miss_on_other_options(clips, monkeypatch):
     ingest_videos(paths, tier="host")
     again = ingest_videos(paths, tier="host", resize=(32, 48))
     assert not again.from_cache and again.spec.height == 32
-    assert not ingest_videos(paths[:2], tier="host").from_cache
+    sub = ingest_videos(paths[:2], tier="host")       # another slot, its files' frames copied (reuse.py)
+    assert sub.reused == 2 and sub.cache_path != again.cache_path
     assert len(rc_cache.list_entries()) == 3
 
 

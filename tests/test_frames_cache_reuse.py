@@ -179,3 +179,24 @@ def test_a_donor_being_built_is_not_waited_on(clips, decoded):
             warnings.simplefilter("error")
             b = ingest_videos(clips[:1], tier="host", workers=2)
     assert b.reused == 0 and decoded[-1:] == ["episode_0.mp4"]
+
+
+def test_a_subsets_plan_takes_its_layout_from_the_entries(shared, decoded, monkeypatch):
+    """load_videos of a subset every source of which other entries hold: no file probed nor decoded, and
+    the plan counts the entry it will write (not cached)."""
+    from robocache.frames import videos as rc_videos
+
+    cpu = torch.device("cpu")
+    first = rc_videos.load_videos({"cam": shared[:3]}, device=cpu, frames="host")
+    monkeypatch.setattr(rc_videos, "probe_sources", lambda *a, **k: pytest.fail("probed the files again"))
+    needs = []
+    real_plan = rc_videos.plan
+    monkeypatch.setattr(rc_videos, "plan", lambda n, *a, **k: needs.extend(n) or real_plan(n, *a, **k))
+    decoded.clear()
+    got = rc_videos.load_videos({"cam": shared[1:3]}, device=cpu, frames="host")
+    assert decoded == [] and [n.cached for n in needs] == [False]
+    store, times = got["cam"]
+    ref_store, ref_times = first["cam"]
+    n0 = len(ref_times[0])
+    assert torch.equal(store.data, ref_store.data[n0:])
+    assert all(np.array_equal(a, b) for a, b in zip(times, ref_times[1:]))

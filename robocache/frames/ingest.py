@@ -141,6 +141,25 @@ def cached_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""
         return None
 
 
+def reused_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""):
+    """``(spec, counts)`` of sources every one of which another cache entry holds (another episode
+    subset's, reuse.py), else None: a subset's memory plan needs no probe of its files. Its load still
+    writes an entry of its own (the plan counts its disk space)."""
+    sources = as_sources(sources)
+    options = cache_options(sources, check_resize(resize), resolve_backend(backend))
+    paths = [s.path for s in sources]
+    entry = _cache.open_entry(paths, options, entry_label(sources, desc))
+    try:
+        stats = _cache.stat_sources(paths)
+    except OSError:
+        return None
+    with contextlib.ExitStack() as stack:
+        spec, found = reuse.find(entry, sources, stats, options, None, None, stack)
+    if spec is None or len(found) != len(sources):
+        return None
+    return FrameSpec.from_dict(spec), np.array([found[i].count for i in range(len(sources))], np.int64)
+
+
 # ---------------------------------------------------------------------------------------------
 # the public entry point
 
@@ -218,7 +237,7 @@ def ingest_videos(sources, *, tier: str, device=None, resize=None, backend: str 
                                         cache=False, workers=workers, show_progress=show_progress, desc=desc,
                                         spec=spec, counts=None if counts is None else counts[rest],
                                         infos=None if infos is None else [infos[i] for i in rest])
-                    return reuse.Decoded(got.data.numpy().reshape(-1), got.counts, got.times, got.spec.to_dict())
+                    return reuse.Decoded(np.asarray(got.data).reshape(-1), got.counts, got.times, got.spec.to_dict())
 
                 reused = reuse.assemble(entry, sources, options, spec.to_dict() if spec is not None else None,
                                         counts, decode)

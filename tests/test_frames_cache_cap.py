@@ -83,6 +83,8 @@ def test_least_recently_used_entries_go_first(clips, monkeypatch):
     used_at(b, 20)
     used_at(c, 10)
     assert load(clips[0]) == a                      # a load touches it: now the most recent
+    used = {e["name"]: e["used"] for e in rc_cache.list_entries()}
+    assert used[b] < used[c] < used[a]
     monkeypatch.setenv("ROBOCACHE_CACHE_MAX", str(3 * size + size // 2))
     with pytest.warns(rc_cache.CacheWarning, match=rf"evicted 1 cache entries \(least recently used first\) .* "
                                                    rf"ROBOCACHE_CACHE_MAX=.*: {b} \("):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import json
 import os
 import re
@@ -221,12 +222,13 @@ def list_entries(root: Path | None = None) -> list[dict]:
         if _lock_only(files):
             continue
         e: dict = {"name": name, "path": str(root / f"{name}.frames"), "bytes": 0, "frames": 0, "sources": [],
-                   "created": None, "used": None, "status": "incomplete", "last_use": 0.0}
+                   "created": None, "used": None, "status": "incomplete"}
+        written = 0.0      # an entry without JSON: when its files were last written
         for p in files:
             with contextlib.suppress(OSError):
                 st = p.stat()
                 e["bytes"] += st.st_size
-                e["last_use"] = max(e["last_use"], st.st_mtime)
+                written = max(written, st.st_mtime)
             if p.name == f"{name}.json":
                 try:
                     meta = json.loads(p.read_text())
@@ -237,13 +239,19 @@ def list_entries(root: Path | None = None) -> list[dict]:
                     e["status"] = "corrupted"
                 else:
                     e.update(summary)
-                with contextlib.suppress(OSError):
-                    e["last_use"] = p.stat().st_mtime   # touched by every load (touch)
-        e["used"] = (datetime.datetime.fromtimestamp(e["last_use"], datetime.timezone.utc)
-                     .isoformat(timespec="seconds") if e["last_use"] else None)
-        del e["last_use"]
+        used = _last_use(root / f"{name}.json") or written
+        e["used"] = datetime.datetime.fromtimestamp(used, datetime.timezone.utc).isoformat(timespec="seconds") \
+            if used else None
         out.append(e)
     return out
+
+
+def _last_use(meta: Path) -> float:
+    """When an entry was last used (its JSON's mtime, see touch); 0 without one (leftovers go first)."""
+    try:
+        return meta.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _text(value) -> str | None:
@@ -280,7 +288,6 @@ class Sweep:
 
 def _sweep_names(root: Path, names) -> Sweep:
     rows = {e["name"]: e for e in list_entries(root)}
-    files = _files_by_entry(root)
     done = Sweep([], [], [])
     for name in names:
         row = rows.get(name) or {"name": name, "bytes": 0, "frames": 0, "status": "lock file"}
@@ -288,8 +295,8 @@ def _sweep_names(root: Path, names) -> Sweep:
             if why is not None:
                 done.held.append((row, why))
                 continue
-            # listed again under the lock: a build that ended meanwhile may have renamed its files
-            failed = _remove_files(_files_by_entry(root).get(name, files.get(name, [])))
+            # listed under the lock: a build that ended meanwhile may have renamed its files
+            failed = _remove_files(sorted(root.glob(f"{glob.escape(name)}.*")))
         done.failed.extend(failed)
         if not failed:
             done.removed.append(row)
@@ -347,7 +354,8 @@ def evict(root: Path, keep: str) -> list[dict]:
     total = sum(e["bytes"] for e in rows)
     if total <= cap:
         return []
-    order = sorted((e for e in rows if e["name"] != keep), key=lambda e: (e["status"] == "ok", e["used"] or ""))
+    order = sorted((e for e in rows if e["name"] != keep),
+                   key=lambda e: (e["status"] == "ok", _last_use(root / f"{e['name']}.json")))
     evicted, held = [], []
     for e in order:
         if total <= cap:

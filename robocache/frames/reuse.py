@@ -106,19 +106,26 @@ def find(entry: _cache.Entry, sources, stats, options: dict, spec: dict | None, 
     keeps its bytes for the open descriptor (entries are written by rename, never in place)."""
     want = {ident: i for i, ident in reversed(list(enumerate(source_ids(sources, stats))))}
     found: dict[int, Rows] = {}
-    for donor, meta in _candidates(entry, options, spec):
-        mine = [(j, want[ident]) for j, ident in enumerate(_donor_ids(meta)) if ident in want]
-        mine = [(j, i) for j, i in mine if i not in found]
-        if not mine or (spec is not None and {k: meta["spec"].get(k) for k in spec} != spec):
+
+    def held(meta) -> list[tuple[int, int]]:
+        """(row in the donor, source index) of the sources ``meta``'s entry holds and no donor gave yet."""
+        if spec is not None and {k: meta["spec"].get(k) for k in spec} != spec:
+            return []
+        return [(j, want[ident]) for j, ident in enumerate(_donor_ids(meta)) if ident in want
+                and want[ident] not in found]
+
+    for donor, listed in _candidates(entry, options, spec):
+        if not held(listed):
             continue
         fd = _cache.lock_file(donor.lock_path, wait=False, create=False)
         if fd is None:       # being built or checked: not waited on
             continue
         try:
             # checked against its own key: intact for the files as they were; `mine` are those unchanged since
-            checked, times = donor.validate(meta["key"])
+            checked, times = donor.validate(listed["key"])
+            mine = held(checked)     # as validated under the lock (a rebuild may have replaced the one listed)
             data_fd = os.open(donor.data_path, os.O_RDONLY)
-        except (OSError, _cache.InvalidEntry):
+        except (OSError, _cache.InvalidEntry, *_cache.BAD_JSON):
             continue
         finally:
             if fd >= 0:

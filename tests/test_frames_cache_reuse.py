@@ -200,3 +200,19 @@ def test_a_subsets_plan_takes_its_layout_from_the_entries(shared, decoded, monke
     n0 = len(ref_times[0])
     assert torch.equal(store.data, ref_store.data[n0:])
     assert all(np.array_equal(a, b) for a, b in zip(times, ref_times[1:]))
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+def test_a_readers_load_copies_while_the_rest_decode(clips, decoded, fresh, tier):
+    """load_videos knows the counts before decoding (its plan), so held rows are copied on a thread while
+    the other files decode: the same frames."""
+    from robocache.frames.videos import load_videos
+
+    cpu = torch.device("cpu")
+    load_videos({"cam": clips[:2]}, device=cpu, frames=tier, workers=2)
+    decoded.clear()
+    got = load_videos({"cam": [clips[3], clips[1], clips[0], clips[2]]}, device=cpu, frames=tier, workers=2)
+    assert sorted(decoded) == ["episode_2.mp4", "episode_3.mp4"]
+    store, times = got["cam"]
+    ref = fresh([clips[3], clips[1], clips[0], clips[2]])
+    assert torch.equal(store.data, ref.data) and all(np.array_equal(a, b) for a, b in zip(times, ref.times))

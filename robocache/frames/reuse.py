@@ -198,11 +198,11 @@ def assemble(entry: _cache.Entry, sources, options: dict, spec: dict | None, cou
                 copying.result()
                 if sizes != layout:
                     return 0
-            at = 0
+            pos = 0
             for p, n in zip(done, sizes):
                 if p.data is not None:
-                    writer.write(at, p.data[p.start:p.end])
-                at += n
+                    writer.write(pos, p.data[p.start:p.end])
+                pos += n
             offsets = None
             if done[0].sizes is not None:
                 offsets = np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in done]))]).astype(np.int64)

@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -231,8 +232,16 @@ class Entry:
         """A shared lock on the entry's data file while the caller's frames map it: eviction and
         ``cache clear`` leave a held entry alone (removing a mapped file frees no space until it is
         unmapped). Taken with the entry's lock held; released by ``Hold.release`` (or at exit). A
-        rebuild renames a new file into place: the holders keep the old one, and their lock with it."""
-        return Hold(lock_file(self.data_path, wait=True, shared=True, create=False))
+        rebuild renames a new file into place: the holders keep the old one, and their lock with it.
+        Never waits long: an exclusive lock on the file is only ever a check's instant (holder), so after
+        a second without it the frames go unheld (eviction could then remove the file under them, which
+        frees its space only once they are gone; the frames stay readable)."""
+        for _ in range(100):
+            fd = lock_file(self.data_path, wait=False, shared=True, create=False)
+            if fd is not None:
+                return Hold(fd)
+            time.sleep(0.01)
+        return Hold(None)
 
     def held_by(self, data) -> None:
         """The entry stays held (``hold``) while ``data``, an object over a map of its data file, lives.

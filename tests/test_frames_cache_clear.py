@@ -184,3 +184,29 @@ def test_named_clear_leaves_a_held_entry(clips, cache_env, capsys):
     gc.collect()
     assert main(["cache", "clear", name]) == 0
     assert f"removed {name} (ok" in capsys.readouterr().out and files(cache_env) == []
+
+
+def test_an_entry_another_process_maps_is_neither_cleared_nor_evicted(clips, cache_env, capsys, monkeypatch):
+    first = ingest_videos(clips[:1], tier="disk", workers=1)
+    name = Path(first.cache_path).name.split(".")[0]
+    del first
+    gc.collect()
+    job = child(f"""
+        import sys
+        from robocache.frames.ingest import ingest_videos
+        res = ingest_videos([{clips[0]!r}], tier="disk", workers=1)     # a training job's frames: mapped
+        print("loaded", res.from_cache, flush=True)
+        sys.stdin.readline()
+    """, cache_env)
+    try:
+        assert job.stdout.readline().split() == ["loaded", "True"]
+        assert main(["cache", "clear", "--all"]) == 0
+        assert f"kept    {name} (" in capsys.readouterr().out
+        monkeypatch.setenv("ROBOCACHE_CACHE_MAX", "1")
+        with pytest.warns(rc_cache.CacheWarning, match=f"{name} .*in use: a running process has its frames mapped"):
+            ingest_videos(clips[1:2], tier="host", workers=1)
+        assert name in {e["name"] for e in rc_cache.list_entries()}
+    finally:
+        job.stdin.close()
+        job.wait(timeout=60)
+    assert rc_cache.clear([name]) == [name]          # its job is gone: nothing holds it

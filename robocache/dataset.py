@@ -394,7 +394,8 @@ class Dataset:
     def num_frames(self) -> int:
         """Samples of the anchor stream over all episodes: what ``ds[i]`` indexes (LeRobotDataset's
         ``num_frames``, its ``len``)."""
-        return self.streams[self.anchor].num_samples if self.streams else 0
+        anchor = self.anchor
+        return self.streams[anchor].num_samples if anchor is not None else 0
 
     @property
     def num_episodes(self) -> int:
@@ -474,7 +475,9 @@ class Dataset:
             raise IndexError(f"frame {i} out of range for the {N} frames of the anchor stream {self.anchor!r} "
                              f"(len(ds) = {len(self)} counts episodes; ds.num_frames counts frames)")
         i %= N
-        a = self.streams[self.anchor]
+        anchor = self.anchor
+        assert anchor is not None  # N > 0: there is a stream
+        a = self.streams[anchor]
         e = int(np.searchsorted(a._offsets_host, i, side="right") - 1)
         task = int(self.frame_task_index([e], [float(a.times[i])])[0])
         out = {"episode_index": torch.tensor(self.episodes[e].index),
@@ -487,6 +490,7 @@ class Dataset:
             v = self.resample(name, idx, t)[0, 0]
             if s.kind == "pointcloud":
                 fo = s._frame_offsets_host
+                assert fo is not None  # a point-cloud stream has frame offsets
                 m = int(v)
                 v = s.values[int(fo[m]):int(fo[m + 1])] if s.lengths[e] else s.values[:0]
             elif s.kind == "text" and s.vocab is not None:
@@ -575,9 +579,10 @@ class Dataset:
             idx = torch.as_tensor(idx, device=dev).to(torch.int64)
         if not isinstance(x, torch.Tensor) or x.dtype != torch.float64 or x.device != dev:
             x = torch.as_tensor(x, device=dev).to(torch.float64)
-        if s.kind == "image":
+        store = s.frames
+        if store is not None:
             ids, pad = self.frame_ids(name, idx, x, mode, tolerance=tolerance)
-            frames = s.frames.gather(ids)
+            frames = store.gather(ids)
             if out is not None:
                 out.copy_(frames)
                 frames = out

@@ -9,13 +9,21 @@ runs per batch.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable, Sized
 
 import numpy as np
 
 from ._util import torch as _torch
 from .dataset import Dataset
 from .shard import rank_samples
+
+
+def sampler_len(sampler: Iterable[int]) -> int:
+    """Samples per epoch of a sampler: its len(), as torch's DataLoader takes it."""
+    if not isinstance(sampler, Sized):
+        raise TypeError(f"sampler must have a len() (the samples of an epoch), as torch's samplers do; got "
+                        f"{type(sampler).__name__}")
+    return len(sampler)
 
 
 def epoch_seed(seed: int, epoch: int, *more: int) -> int:
@@ -55,7 +63,7 @@ def episode_counts(ds: Dataset, anchor, rate, names) -> np.ndarray:
     if rate is not None:
         return _grid(ds, [n for n in names if n in ds.streams], float(rate))[1]
     name = anchor if anchor is not None else ds.anchor
-    if name not in ds.streams:
+    if name is None or name not in ds.streams:
         raise KeyError(f"anchor: unknown stream {name!r}; the dataset has {sorted(ds.streams)}")
     return ds.streams[name].lengths
 
@@ -86,7 +94,7 @@ class Samples:
             # this rank's table holds its episodes (`held`, positions in the whole set) back to back
             self.held = np.asarray(held, np.int64)
             self._local = np.concatenate([[0], np.cumsum(shard.counts[self.held])]).astype(np.int64)
-        self.host_order = None
+        self.host_order: np.ndarray | None = None
         self._host_table = None
 
     def host_table(self):
@@ -106,7 +114,7 @@ class Samples:
         torch = _torch()
         if rate is None:
             name = anchor if anchor is not None else ds.anchor
-            if name not in ds.streams:
+            if name is None or name not in ds.streams:
                 raise KeyError(f"anchor: unknown stream {name!r}; the dataset has {sorted(ds.streams)}")
             s = ds.streams[name]
             if s.kind == "pointcloud":
@@ -123,7 +131,7 @@ class Samples:
     def __len__(self) -> int:
         """Samples per epoch of this rank (the sampler's length when there is one)."""
         if self.sampler is not None:
-            return len(self.sampler)
+            return sampler_len(self.sampler)
         n = int(self.episode.shape[0])
         if self.shard is not None:
             sizes = [p.size for p in self.shard.plan(self.world_size)]
@@ -136,7 +144,7 @@ class Samples:
     def total(self) -> int:
         """Samples of an epoch over all ranks, before wrapping or dropping (the sampler's length)."""
         if self.sampler is not None:
-            return len(self.sampler)
+            return sampler_len(self.sampler)
         if self.shard is not None:
             return self.shard.n
         return int(self.episode.shape[0])
@@ -155,7 +163,7 @@ class Samples:
         """Samples of ``epoch`` yielded by all ranks together (each once, wrap repeats not counted) after
         ``segments`` ``(world_size, batch_size, batches)``, the last the current one."""
         if self.sampler is not None:
-            return min(sum(b * k for _, b, k in segments), len(self.sampler))
+            return min(sum(b * k for _, b, k in segments), sampler_len(self.sampler))
         if self.shard is not None:
             return self.total - int(self._left(epoch, segments).sum())
         return self._start(segments)

@@ -311,7 +311,7 @@ class Stream:
         self._share_stats(s)
         return s
 
-    def subset(self, episodes: Sequence[int]) -> "Stream":
+    def subset(self, episodes: Sequence[int] | np.ndarray) -> "Stream":
         """The stream with only ``episodes`` (in that order), copied on the same device.
         Statistics and the measured rate are the full stream's, so a shard normalizes
         exactly as the whole dataset does (the statistics computed when first asked for: the

@@ -198,3 +198,15 @@ def test_lerobot_feature_names_reach_the_plot(tmp_path, rng, form):
             assert legend.get_window_extent().x1 <= fig.bbox.x1 + 1       # and inside the figure
     finally:
         plt.close("all")
+
+
+def test_channel_first_images_resample_as_values():
+    """Image stacks that are not frames [H, W, C] (channel-first here) stay plain values: resampled
+    like any stream (nearest), not through a frame store they do not have (was AttributeError)."""
+    rng = np.random.default_rng(0)
+    eps = [{"cam": (rng.integers(0, 256, (n, 3, 8, 8), dtype=np.uint8), np.arange(n) / 10.0)} for n in (5, 4)]
+    ds = robocache.Dataset.from_episodes(eps, device="cpu")
+    assert ds.streams["cam"].kind == "image" and ds.streams["cam"].frames is None
+    out = ds.resample("cam", torch.tensor([1]), torch.tensor([[0.1, 0.26]], dtype=torch.float64))
+    want = eps[1]["cam"][0][[1, 3]]
+    assert out.shape == (1, 2, 3, 8, 8) and torch.equal(out[0], torch.from_numpy(want))

@@ -425,7 +425,8 @@ def test_cache_miss_on_other_options(clips, monkeypatch):
     ingest_videos(paths, tier="host")
     again = ingest_videos(paths, tier="host", resize=(32, 48))
     assert not again.from_cache and again.spec.height == 32
-    assert not ingest_videos(paths[:2], tier="host").from_cache
+    sub = ingest_videos(paths[:2], tier="host")       # another slot, its files' frames copied (reuse.py)
+    assert sub.reused == 2 and sub.cache_path != again.cache_path
     assert len(rc_cache.list_entries()) == 3
 
 
@@ -553,21 +554,32 @@ def test_failed_ingest_leaves_no_entry(clips, cache_env, monkeypatch):
 
 
 def test_orphans_of_a_killed_build_are_removed(clips, cache_env):
+    """A temporary file whose writer holds no flock on it is an orphan, whatever pid its name records
+    (a dead one, 1, this process's own: a job that is pid 1 in its container sees pid 1 alive after
+    every crash); one whose writer holds the lock is a live build and stays."""
+    import fcntl
+
     res = ingest_videos(clips["h264"], tier="host")
     name = Path(res.cache_path).name.split(".")[0]
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
     root = cache_env / "frames"
-    orphans = [root / f"{name}.frames.{dead}.0a0b0c0d.tmp", root / f"{name}.times.{dead}.0a0b0c0d.tmp.npy",
-               root / f"{name}.json.{dead}.0a0b0c0d.tmp"]
-    mine = root / f"{name}.frames.{os.getpid()}.01020304.tmp"  # a live process's: kept
-    for p in orphans + [mine]:
+    orphans = [root / f"{name}.{kind}.{pid}.{tag}.{ext}" for pid, tag in ((dead, "0a0b0c0d"), (1, "0e0f1011"),
+                                                                         (os.getpid(), "12131415"))
+               for kind, ext in (("frames", "tmp"), ("times", "tmp.npy"), ("json", "tmp"))]
+    live = root / f"{name}.frames.{os.getpid()}.01020304.tmp"
+    for p in orphans + [live]:
         p.write_bytes(b"partial")
-    assert {e["status"] for e in rc_cache.list_entries()} == {"ok"}  # leftovers counted in its bytes
-    Path(res.cache_path).unlink()  # forces a rebuild, which clears the orphans
-    with pytest.warns(rc_cache.CacheWarning, match="missing its data"):
-        ingest_videos(clips["h264"], tier="host")
-    assert not any(p.exists() for p in orphans) and mine.exists()
+    fd = os.open(live, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)                 # as EntryWriter holds it while it writes
+        assert {e["status"] for e in rc_cache.list_entries()} == {"ok"}  # leftovers counted in its bytes
+        Path(res.cache_path).unlink()  # forces a rebuild, which clears the orphans
+        with pytest.warns(rc_cache.CacheWarning, match="missing its data"):
+            ingest_videos(clips["h264"], tier="host")
+        assert [p.name for p in orphans if p.exists()] == [] and live.exists()
+    finally:
+        os.close(fd)
 
 
 def test_unwritable_cache_dir(clips, tmp_path, monkeypatch):

@@ -47,3 +47,9 @@ def test_sampler_works_with_the_defaults(ds):
     torch.testing.assert_close(got, ds.streams["joints"].values[picks], rtol=0, atol=0)
     with pytest.raises(ValueError, match="sampler and shuffle=True are mutually exclusive"):
         DataLoader(ds, 4, shuffle=True, windows={"j": "joints"}, sampler=picks)     # as torch
+
+
+def test_a_sampler_without_len_is_a_clear_error(ds):
+    """The loader counts an epoch's samples by len(sampler), as torch does; a generator has none."""
+    with pytest.raises(TypeError, match=r"sampler must have a len\(\) .* got generator"):
+        DataLoader(ds, 4, windows={"j": "joints"}, sampler=(i for i in range(5)))

@@ -10,11 +10,19 @@ frame entries live in its ``frames/`` folder, three files each:
     <name>.json       written last, by rename: {"complete": true, key, spec, counts, sources,
                       total_bytes, created, checksum, ...}; no JSON, no entry
 
+    <name>.lock       flock'ed by the process that builds or checks the entry (the locks, the listing,
+                      clearing and the size cap: cache_folder.py)
+
 ``name`` = a readable label + a hash of (absolute source paths, decode options, FORMAT_VERSION): one
 slot per stream and options. ``key`` = a hash of the same plus every source's size and mtime_ns,
 recorded in the JSON: a source that changed gives another key, so the entry is stale and is rebuilt
 in the same slot (old versions never pile up). Files are written under temporary names and renamed
 only when complete, so a crash never leaves a valid-looking entry.
+
+Size: ``ROBOCACHE_CACHE_MAX`` (bytes, K/M/G/T suffixes, powers of 1024) caps the folder; each commit
+evicts the least recently used entries (a load or a reuse touches an entry's JSON) that no process
+holds, with a CacheWarning naming them. A load of another subset of a stream's files copies the rows
+of files other entries hold instead of decoding them again (reuse.py).
 
 The checksum is cheap on purpose (a load must stay >= 10x faster than decoding, and the disk tier
 must not read the whole file to map it): blake2b over the counts, the frame size, the whole times
@@ -34,20 +42,25 @@ import os
 import re
 import shutil
 import sys
+import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .. import user_warning
+# the folder's side, used here and by the entry's users through this module
+from .cache_folder import (BAD_JSON, MAX_ENV, CacheWarning, Hold, Sweep, cache_dir, cache_max, claim, clear,
+                           evict, flock_new, frames_dir, human_bytes, list_entries, live_tmp, lock_file, parse_size,
+                           sweep, touch, warn)
+
+__all__ = ["BAD_JSON", "MAX_ENV", "CacheError", "CacheWarning", "Entry", "EntryWriter", "ForeignEntry", "Hold",
+           "InvalidEntry", "Sweep", "cache_dir", "cache_max", "checksum", "clear", "entry_key", "entry_name",
+           "evict", "frames_dir", "human_bytes", "list_entries", "lookup", "main", "open_entry", "parse_size",
+           "peek", "sample_rows", "stat_sources", "sweep", "warn"]
 
 FORMAT_VERSION = 2  # 2: the checksum hashes each sampled row's digest
-_SUBDIR = "frames"
-
-
-class CacheWarning(UserWarning):
-    """An entry was invalid (and is rebuilt), or the cache cannot be written (ingest goes on without it)."""
 
 
 class CacheError(OSError):
@@ -62,14 +75,9 @@ class ForeignEntry(InvalidEntry):
     """An entry whose files another user owns: not read, and not removed (it is not ours to remove)."""
 
 
-#: what a damaged JSON raises from json.loads or from reading its numbers: deep nesting
-#: (RecursionError), 1e400 (inf: OverflowError in int()), wrong types
-BAD_JSON = (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError)
 
 #: set to 1 to read entries other users' files make up (a cache dir shared with users you trust)
 TRUST_OTHERS_ENV = "ROBOCACHE_CACHE_TRUST_OTHERS"
-
-
 def user_id() -> int:
     """The user whose entries are trusted (the effective uid; tests replace it)."""
     return os.geteuid()
@@ -91,28 +99,6 @@ def check_owner(paths) -> None:
             raise ForeignEntry(f"owned by uid {uid}, not by this user (uid {me}); robocache reads only its own "
                                f"user's entries (set {TRUST_OTHERS_ENV}=1 to trust a cache dir shared with users "
                                f"you trust)")
-
-
-def cache_dir() -> Path:
-    """The cache root: ``ROBOCACHE_CACHE_DIR``, else ``$XDG_CACHE_HOME/robocache``, else ``~/.cache/robocache``."""
-    env = os.environ.get("ROBOCACHE_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "robocache"
-
-
-def frames_dir() -> Path:
-    return cache_dir() / _SUBDIR
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # unreachable
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,18 +219,38 @@ class Entry:
         """Exclusive while one process builds or checks this entry (torchrun ranks loading the same
         stream on one node decode it once; the others wait and then read it). No-op when the cache
         directory cannot be written or there is no fcntl."""
-        try:
-            import fcntl
+        with contextlib.suppress(OSError):
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)   # the umask decides, as for every file
-        except (ImportError, OSError):
-            yield
-            return
+        fd = lock_file(self.lock_path, wait=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # releases the lock
+            if fd is not None and fd >= 0:
+                os.close(fd)  # releases the lock
+
+    def hold(self) -> Hold:
+        """A shared lock on the entry's data file while the caller's frames map it: eviction and
+        ``cache clear`` leave a held entry alone (removing a mapped file frees no space until it is
+        unmapped). Taken with the entry's lock held; released by ``Hold.release`` (or at exit). A
+        rebuild renames a new file into place: the holders keep the old one, and their lock with it.
+        Never waits long: an exclusive lock on the file is only ever a check's instant (holder), so after
+        a second without it the frames go unheld (eviction could then remove the file under them, which
+        frees its space only once they are gone; the frames stay readable)."""
+        for _ in range(100):
+            fd = lock_file(self.data_path, wait=False, shared=True, create=False)
+            if fd is not None:
+                return Hold(fd)
+            time.sleep(0.01)
+        return Hold(None)
+
+    def held_by(self, data) -> None:
+        """The entry stays held (``hold``) while ``data``, an object over a map of its data file, lives.
+        Taken under the entry's lock."""
+        weakref.finalize(data, self.hold().release)
+
+    def claim(self):
+        """cache_folder.claim of this entry: None with its lock taken when no process holds it, else why."""
+        return claim(self.root, self.name)
 
     def validate(self, key: str, *, spec: dict | None = None, counts=None):
         """(meta, times) of a complete, current and intact entry; raises InvalidEntry(why) otherwise,
@@ -327,7 +333,9 @@ def lookup(entry: Entry, paths, options: dict, *, spec: dict | None, counts, red
     about). ``redo`` says in the warnings what happens instead ("decoding", "coding")."""
     try:
         key = entry_key(stat_sources(paths), options)
-        return entry.validate(key, spec=spec, counts=counts)
+        hit = entry.validate(key, spec=spec, counts=counts)
+        touch(entry.meta_path)
+        return hit
     except FileNotFoundError:
         return None
     except ForeignEntry as e:
@@ -360,12 +368,9 @@ def peek(entry: Entry, paths, options: dict) -> dict | None:
 
 
 def open_entry(paths, options: dict, label: str = "") -> Entry:
+    """The slot of these sources and options (checks ROBOCACHE_CACHE_MAX before anything is decoded)."""
+    cache_max()
     return Entry(entry_name(paths, options, label), frames_dir())
-
-
-def warn(message: str) -> None:
-    """A CacheWarning at the user's line (the load that met the entry), however deep the cache was reached."""
-    user_warning.warn(message, CacheWarning)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,6 +398,8 @@ class EntryWriter:
         self.dfd = -1
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)   # the umask decides
         try:
+            # held until commit or abort (or this process's death): what tells a live build from an orphan
+            flock_new(self.fd)
             free = shutil.disk_usage(self.root).free
             if free < self.nbytes:
                 raise OSError(errno.ENOSPC, f"{human_bytes(free)} free")
@@ -462,6 +469,10 @@ class EntryWriter:
             os.replace(self._offsets_tmp, self.root / f"{self.name}.offsets.npy")
         os.replace(self._meta_tmp, self.root / f"{self.name}.json")
         self._committed = True
+        try:
+            evict(self.root, keep=self.name)
+        except OSError as e:   # the entry is written: a cap that cannot be kept is no reason to fail the load
+            warn(f"robocache could not keep its cache in {self.root} under {MAX_ENV} ({e.strerror or e})")
         return final
 
     def _close_fds(self) -> None:
@@ -482,97 +493,32 @@ class EntryWriter:
                 p.unlink()
 
 
+def _tmp_tag(name: str, filename: str) -> str | None:
+    """The writer's tag of a temporary file of entry ``name`` (``<name>.<kind>.<tag>.tmp[.npy]``)."""
+    for kind in ("frames", "times", "json", "offsets"):
+        head = f"{name}.{kind}."
+        for tail in (".tmp", ".tmp.npy"):
+            if filename.startswith(head) and filename.endswith(tail) and len(filename) > len(head) + len(tail):
+                return filename[len(head):-len(tail)]
+    return None
+
+
 def _remove_orphans(root: Path, name: str) -> None:
-    """Temporary files of this entry left by a build whose process is gone (killed mid-ingest):
-    they can be as large as the entry. Called with the entry's lock held."""
+    """Temporary files of this entry left by a build whose process is gone (killed mid-ingest): they
+    can be as large as the entry. A build is alive while its data file is locked (live_tmp), not
+    while its pid is: a job that is pid 1 in its container finds pid 1 alive after every restart.
+    Called with the entry's lock held."""
+    tags: dict[str, list[Path]] = {}
     for p in root.glob(f"{name}.*.tmp*"):
-        parts = p.name.split(".")
-        try:
-            pid = int(parts[-4] if p.name.endswith(".tmp.npy") else parts[-3])
-        except (ValueError, IndexError):
+        tag = _tmp_tag(name, p.name)
+        if tag is not None:
+            tags.setdefault(tag, []).append(p)
+    for tag, files in tags.items():
+        if live_tmp(root / f"{name}.frames.{tag}.tmp"):
             continue
-        try:
-            os.kill(pid, 0)
-            continue  # alive (another host's process with this pid: left alone)
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue
-        with contextlib.suppress(OSError):
-            p.unlink()
-
-
-# ---------------------------------------------------------------------------------------------
-# listing and clearing (python -m robocache cache list | clear)
-
-
-def list_entries() -> list[dict]:
-    """Every entry in the cache: {name, path, bytes, frames, sources, created, status}; status is
-    "ok" (complete; whether it is current is decided when it is loaded), "incomplete" (data without
-    JSON, or a temporary file of a build in progress or crashed) or "corrupted" (unreadable JSON)."""
-    root = frames_dir()
-    if not root.is_dir():
-        return []
-    names: dict[str, dict] = {}
-    for p in sorted(root.iterdir()):
-        if p.suffix == ".lock":
-            continue
-        name = p.name.split(".", 1)[0]
-        e = names.setdefault(name, {"name": name, "path": str(root / f"{name}.frames"), "bytes": 0, "frames": 0,
-                                    "sources": [], "created": None, "status": "incomplete"})
-        with contextlib.suppress(OSError):
-            e["bytes"] += p.stat().st_size
-        if p.name == f"{name}.json":
-            try:
-                meta = json.loads(p.read_text())
-                summary = dict(frames=int(meta.get("frames", 0)), created=_text(meta.get("created")),
-                               sources=[_text(s["path"]) for s in meta.get("sources", [])],
-                               status="ok" if meta.get("complete") is True else "incomplete")
-            except (OSError, *BAD_JSON):    # whatever the JSON holds, the listing goes on
-                e["status"] = "corrupted"
-            else:
-                e.update(summary)
-    return list(names.values())
-
-
-def _text(value) -> str | None:
-    return value if value is None or isinstance(value, str) else repr(value)[:80]
-
-
-def clear(names=None, *, all: bool = False) -> list[str]:
-    """Removes entries: ``all=True`` every one (lock files included), else those whose name is in
-    ``names`` or starts with one of them (the hash part alone also matches). Returns the removed names;
-    KeyError naming what matched nothing. A file that cannot be removed is warned about (CacheWarning,
-    naming it and why) and its entry left out of the names returned."""
-    root = frames_dir()
-    if not all and not names:
-        raise ValueError("clear: pass entry names, or all=True")
-    entries = {e["name"] for e in list_entries()}
-    if all:
-        chosen = set(entries)
-    else:
-        chosen = set()
-        for want in names:
-            hit = {n for n in entries if n == want or n.startswith(want) or n.rsplit("-", 1)[-1].startswith(want)}
-            if not hit:
-                raise KeyError(f"no cache entry matches {want!r} in {root}")
-            chosen |= hit
-    failed: list[tuple[Path, OSError]] = []
-    for p in (sorted(root.iterdir()) if root.is_dir() else ()):
-        # all: every file, lock files and leftovers of crashed builds too; else the entry's files
-        # (its lock stays: another process may hold it)
-        if all or (p.name.split(".", 1)[0] in chosen and p.suffix != ".lock"):
-            try:
+        for p in files:
+            with contextlib.suppress(OSError):
                 p.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                failed.append((p, e))
-    if failed:
-        p, e = failed[0]
-        warn(f"robocache could not remove {len(failed)} files of its cache in {root}, e.g. {p} "
-             f"({e.strerror or e}); the cache dir is read-only or another user's")
-    return sorted(chosen - {p.name.split(".", 1)[0] for p, _ in failed})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,22 +554,23 @@ def main(argv=None) -> int:
             src = e["sources"]
             where = (f"{len(src)} files in {os.path.dirname(src[0])}" if src else "-")
             print(f"  {e['name']:<44} {e['status']:<10} {e['frames']:>9} frames {human_bytes(e['bytes']):>10}  "
-                  f"{e['created'] or '-':<25} {where}")
+                  f"created {e['created'] or '-':<25} used {e['used'] or '-':<25} {where}")
         return 0
     if not args.all and not args.names:
         parser.error("clear: name entries to remove, or pass --all")
     if args.all and args.names:
         parser.error("clear: pass --all or names, not both")
-    before = {e["name"]: e for e in list_entries()}
     try:
-        removed = clear(args.names, all=args.all)
+        done = sweep(args.names, all=args.all)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 1
-    for name in removed:
-        e = before[name]
-        print(f"removed {name} ({e['status']}, {e['frames']} frames, {human_bytes(e['bytes'])})")
-    print(f"removed {len(removed)} entries, {human_bytes(sum(before[n]['bytes'] for n in removed))}, from {frames_dir()}")
+    for gone in sorted(done.removed, key=lambda e: e["name"]):
+        print(f"removed {gone['name']} ({gone['status']}, {gone['frames']} frames, {human_bytes(gone['bytes'])})")
+    for kept, why in done.held:
+        print(f"kept    {kept['name']} ({human_bytes(kept['bytes'])}): {why}")
+    print(f"removed {len(done.removed)} entries, {human_bytes(done.freed)}, from {frames_dir()}"
+          + (f"; kept {len(done.held)} that running processes hold" if done.held else ""))
     return 0
 
 

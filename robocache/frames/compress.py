@@ -23,6 +23,7 @@ import numpy as np
 from .._util import cpu_count, progress_bar
 from ..video import FrameSpec, Rows, Ticker, as_sources, decode_job, make_jobs, probe_sources
 from . import cache as _cache
+from . import reuse
 from .ingest import cache_options, file_rates, offsets_of, split_times
 from .jpeg import check_qscale, encode_sealed, pack
 from .jpeg_check import CHECK, FrameOrigin, damaged_rows
@@ -102,8 +103,18 @@ def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = Tr
     entry = _cache.open_entry(paths, options, label) if cache else None
     cspec = {**spec.to_dict(), "format": codec, "frame_bytes": 0, **({"check": CHECK} if codec == "jpeg" else {})}
     with entry.lock() if entry is not None else contextlib.nullcontext():
-        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget,
-                    FrameOrigin(desc or label, [str(s) for s in sources], counts)) if entry is not None else None
+        origin = FrameOrigin(desc or label, [str(s) for s in sources], counts)
+        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin) if entry is not None else None
+        if got is None and entry is not None:
+            def code(rest: list[int]) -> reuse.Decoded:
+                sub = ingest_compressed([sources[i] for i in rest], qscale=qscale, resize=resize, cache=False,
+                                        workers=workers, show_progress=show_progress, desc=desc, spec=spec,
+                                        counts=counts[rest], infos=None if infos is None else [infos[i] for i in rest],
+                                        codec=codec)
+                return reuse.Decoded(sub.data, sub.counts, sub.times, cspec, sub.offsets)
+
+            if reuse.assemble(entry, sources, options, cspec, counts, code):    # rows other entries hold
+                got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin)
         if got is None:
             got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
                             desc or label)
@@ -139,6 +150,7 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origi
                         ("coding again and rebuilding it" if failed is None else
                          f"coding without it (it cannot be removed: {failed.strerror or failed})"))
             return None
+    entry.held_by(data)     # a map of the entry's file: not evicted nor cleared while it lives
     return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, True,
                       str(entry.data_path), mapped, checksum=meta["checksum"], checked=not mapped)
 

@@ -39,6 +39,7 @@ from .._util import cpu_count, progress_bar
 from ..video import (FrameSpec, Rows, Ticker, VideoSource, as_sources, check_resize, decode_job, make_jobs,
                      probe_sources, probe_video, resolve_backend)
 from . import cache as _cache
+from . import reuse
 from .buffers import Uploader, device_buffer, host_buffer, host_pages, map_file, resolve_device, shape, torch_or_error, upload
 from .pool import end_pool, raise_first
 from .processes import decode_in_processes, decode_processes
@@ -69,6 +70,7 @@ class Ingested:
     frames_per_s: float
     tier: str = ""
     infos: list = field(default_factory=list, repr=False)
+    reused: int = 0   # sources whose frames were copied from other cache entries (reuse.py)
 
     def __repr__(self):
         d = self.data
@@ -137,6 +139,25 @@ def cached_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""
         return FrameSpec.from_dict(meta["spec"]), np.asarray(meta["counts"], np.int64)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def reused_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""):
+    """``(spec, counts)`` of sources every one of which another cache entry holds (another episode
+    subset's, reuse.py), else None: a subset's memory plan needs no probe of its files. Its load still
+    writes an entry of its own (the plan counts its disk space)."""
+    sources = as_sources(sources)
+    options = cache_options(sources, check_resize(resize), resolve_backend(backend))
+    paths = [s.path for s in sources]
+    entry = _cache.open_entry(paths, options, entry_label(sources, desc))
+    try:
+        stats = _cache.stat_sources(paths)
+    except OSError:
+        return None
+    with contextlib.ExitStack() as stack:
+        spec, found = reuse.find(entry, sources, stats, options, None, None, stack)
+    if spec is None or len(found) != len(sources):
+        return None
+    return FrameSpec.from_dict(spec), np.array([found[i].count for i in range(len(sources))], np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +231,19 @@ def ingest_videos(sources, *, tier: str, device=None, resize=None, backend: str 
     with entry.lock() if entry is not None else contextlib.nullcontext():
         if entry is not None:
             hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts)
+            if hit is None:
+                def decode(rest: list[int]) -> reuse.Decoded:
+                    got = ingest_videos([sources[i] for i in rest], tier="disk", resize=resize, backend=name,
+                                        cache=False, workers=workers, show_progress=show_progress, desc=desc,
+                                        spec=spec, counts=None if counts is None else counts[rest],
+                                        infos=None if infos is None else [infos[i] for i in rest])
+                    return reuse.Decoded(np.asarray(got.data).reshape(-1), got.counts, got.times, got.spec.to_dict())
+
+                reused = reuse.assemble(entry, sources, options, spec.to_dict() if spec is not None else None,
+                                        counts, decode)
+                hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts) if reused else None
+                if hit is not None:
+                    hit.reused, hit.from_cache = reused, reused == len(sources)
             if hit is not None:
                 return _finish(hit, t_start)
         if spec is None:
@@ -251,8 +285,12 @@ def _load_cached(torch, entry, paths, options, tier, dev, spec, counts):
     else:
         with open(entry.data_path, "rb") as f:
             data = upload(torch, f.fileno(), spec, n, dev)
+    if tier != "device":
+        entry.held_by(data)
     return Ingested(data=data, counts=counts, offsets=offsets, times=split_times(times, offsets), spec=spec,
                     from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
+
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +405,7 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
         if tier == "host":
             # decoded into fresh memory whose pages the decoders fault in (on every core, 2 MiB at a time
             # where the kernel gives huge pages), pinned afterwards when torch sees a GPU
-            result = {}
+            result: dict[str, list] = {}
             data = host_buffer(torch, shape(spec, n_total), fill=lambda arr: result.update(times=decode(arr)))
             times = result["times"]
         else:
@@ -382,7 +420,7 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
         raise
 
     cache_path = None
-    if writer is not None:
+    if writer is not None and writes is not None:    # both or neither
         if writes.failed:
             _cache.warn(f"robocache could not write its cache in {writer.root} ({writes.failed[0]}); "
                         f"going on without a cache")
@@ -391,6 +429,8 @@ def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entr
             cache_path = commit(writer, entry, paths, stats, options, spec, counts, times, tier)
         if tier == "disk":
             data = map_file(torch, cache_path or writer.path, spec, n_total)
+            if cache_path is not None:
+                entry.held_by(data)
         if cache_path is None:
             writer.abort()  # cache=False or not kept: a file of our own, gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
@@ -462,6 +502,8 @@ def _decode_all_processes(torch, jobs, paths, spec, counts, *, tier, dev, entry,
         data = map_file(torch, path, spec, n_total)
     elif tier == "host":
         data = host_pages(torch, path, spec, n_total)
+    if cache_path is not None and tier != "device":
+        entry.held_by(data)
     if cache_path is None:
         writer.abort()  # a file of our own (cache=False, or not kept), gone from the directory once mapped
     return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,

@@ -11,6 +11,7 @@ costs 0.1-0.2 s to start.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing
 import os
 import signal
@@ -167,9 +168,15 @@ def decode_processes(jobs, spec, *, workers, threads, data_path, chunk, bar, on_
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
-            # the pool forks its processes in submit
-            futures = [pool.submit(_decode_job_to, j, job, str(data_path), spec, threads, chunk)
-                       for j, job in enumerate(jobs)]
+            # the pool forks its processes in submit. Frozen: the garbage this process holds at the fork is
+            # not a decode process's to collect; seen hanging one for good: its gc freed an inherited PyAV
+            # codec context, whose free waits on decoder threads that exist only in this process
+            gc.freeze()
+            try:
+                futures = [pool.submit(_decode_job_to, j, job, str(data_path), spec, threads, chunk)
+                           for j, job in enumerate(jobs)]
+            finally:
+                gc.unfreeze()
         index = {f: j for j, f in enumerate(futures)}
         left = set(futures)
         while left:

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 
 from .compress import ingest_compressed
 from ..video import probe_sources
-from .ingest import cached_layout, ingest_videos
+from .ingest import cached_layout, ingest_videos, reused_layout
 from .jpeg import check_qscale
 from .plan import Need, budgets, plan
 from .store import FrameStore
@@ -29,18 +29,17 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
     check_qscale(jpeg_qscale)
     probed = {k: _layout(k, list(paths), resize, backend, workers, cache) for k, paths in videos.items()}
     if check is not None:
-        for k, (_, counts, _) in probed.items():
+        for k, (_, counts, _, _) in probed.items():
             check(k, counts)
-    # infos None: the layout came from a current cache entry (see _layout)
-    needs = [Need(k, int(counts.sum()), spec.frame_bytes, spec.height, spec.width, cached=infos is None)
-             for k, (spec, counts, infos) in probed.items()]
+    needs = [Need(k, int(counts.sum()), spec.frame_bytes, spec.height, spec.width, cached=cached)
+             for k, (spec, counts, _, cached) in probed.items()]
     b = budgets(device, device_memory=device_memory, host_memory=host_memory,
                 other_device_bytes=other_device_bytes)
     tiers = plan(needs, frames, b, device=device, hint=f"{source}: " if source else "")
     out = {}
     host_left = b.host - sum(n.nbytes for n in needs if tiers[n.name] in ("host", "cpu"))
     for k, paths in videos.items():
-        spec, counts, infos = probed[k]
+        spec, counts, infos, _ = probed[k]
         tier = tiers[k]
         if tier in ("compressed", "lossless"):
             asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
@@ -51,16 +50,16 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
                               f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
                               stacklevel=3)
             codec = "jpeg" if tier == "compressed" else "lossless"
-            got = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
-                                    show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
-                                    infos=infos, host_budget=max(0, host_left), codec=codec)
-            if not got.mapped:
-                host_left -= got.data.nbytes
-            store = FrameStore(got.data, format=codec, height=spec.height, width=spec.width, channels=3,
+            coded = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
+                                      show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
+                                      infos=infos, host_budget=max(0, host_left), codec=codec)
+            if not coded.mapped:
+                host_left -= coded.data.nbytes
+            store = FrameStore(coded.data, format=codec, height=spec.height, width=spec.width, channels=3,
                                tier=tier, device=device, matrix=spec.matrix, full_range=spec.full_range,
-                               path=got.cache_path, offsets=got.offsets, qscale=got.qscale,
-                               origin=got.origin(k) if codec == "jpeg" else None)
-            out[k] = (store, list(got.times))
+                               path=coded.cache_path, offsets=coded.offsets, qscale=coded.qscale,
+                               origin=coded.origin(k) if codec == "jpeg" else None)
+            out[k] = (store, list(coded.times))
             continue
         got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,
                             device=device if tier == "device" else None, resize=resize,
@@ -73,11 +72,15 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
     return out
 
 
-def _layout(key, sources, resize, backend, workers, cache):
-    """``(spec, counts, infos)`` of a stream's sources: from its cache entry when one looks current (infos
-    None: nothing was opened), else probed."""
+def _layout(key, sources, resize, backend, workers, cache) -> tuple:
+    """``(spec, counts, infos, cached)`` of a stream's sources: from its cache entry when one looks current
+    (cached: nothing to write), or from the entries of other episode subsets that hold every source (an
+    entry of its own still to write); infos None: nothing was opened. Else probed."""
     if cache:
         known = cached_layout(sources, resize=resize, backend=backend, desc=f"decoding {key}")
         if known is not None:
-            return (*known, None)
-    return probe_sources(sources, resize=resize, backend=backend, workers=workers)
+            return (*known, None, True)
+        held = reused_layout(sources, resize=resize, backend=backend, desc=f"decoding {key}")
+        if held is not None:
+            return (*held, None, False)
+    return (*probe_sources(sources, resize=resize, backend=backend, workers=workers), False)

@@ -173,7 +173,7 @@ def read_modality(root) -> dict:
     if not path.is_file():
         return {}
     raw = load_json(path)
-    out = {}
+    out: dict[str, tuple[str, int | None, int | None]] = {}
     for group, default in (("state", "observation.state"), ("action", "action")):
         for sub, spec in (raw.get(group) or {}).items():
             try:
@@ -194,7 +194,7 @@ def read_modality(root) -> dict:
 
 def _column_to_numpy(col, name: str, shape, where: str):
     """One arrow column to [n, *feature_shape]. Lists become dense dims (all rows equal length)."""
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
 
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     n = len(col)
@@ -272,7 +272,9 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     # --- tabular data: one parquet read per file, in threads (pyarrow releases the GIL)
     rows = _episode_rows(root, table, selected, major, workers)
     out_eps, tasks = [], []
-    kinds, rates, names = {}, {}, {}
+    kinds: dict[str, str] = {}
+    rates: dict[str, float] = {}
+    names: dict[str, list | None] = {}
     first_index = {}  # episode -> its first row's dataset-wide index (LeRobot's `index` column)
     all_times = []
     for e in selected:
@@ -325,8 +327,9 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
                 v, tt = streams[orig]
                 streams[alias] = (np.ascontiguousarray(v[:, start:end]), tt)
             kinds[alias], rates[alias] = kinds[orig], rates[orig]
-            if names.get(orig):
-                names[alias] = names[orig][start:end]
+            orig_names = names.get(orig)
+            if orig_names:
+                names[alias] = orig_names[start:end]
             if orig in stats:
                 stats[alias] = {s: a[start:end] if a.ndim == 1 and a.shape[0] == dim else a
                                 for s, a in stats[orig].items()}
@@ -449,7 +452,7 @@ def _episode_rows(root: Path, table: dict, selected: list, major: int, workers: 
         holders = [f for f in others if _holds_any(f, short, table)]
         tables.update(_read_all(holders, workers))
         found = _collect(tables, selected, table)
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
 
     out = {}
     for e in selected:
@@ -527,8 +530,8 @@ def _holds_any(path: Path, episodes: list, table: dict) -> bool:
         raise ReaderError(f"{path}: cannot read parquet file (corrupt or truncated?): {e}") from e
     if col == "episode_index":
         return bool(np.isin(keys, episodes).any())
-    for e in episodes:
-        row = table[e].get("row") or {}
+    for ep in episodes:
+        row = table[ep].get("row") or {}
         if row.get("dataset_from_index") is not None and \
                 ((keys >= int(row["dataset_from_index"])) & (keys < int(row["dataset_to_index"]))).any():
             return True

@@ -202,15 +202,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from robocache.lerobot_train import make_dataset
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    version = json.loads((args.data / "meta" / "info.json").read_text()).get("codebase_version", "")
+    if str(version).startswith("v2") and args.loader != "robocache":
+        raise SystemExit(f"--loader {args.loader}: LeRobot {lerobot_version()} reads v3.0 sets only and "
+                         f"{args.data} is {version}; robocache reads it (--loader robocache). For the comparison "
+                         "use the v3.0 copy of the same episodes (cr5_v30).")
     cfg = train_config(args)
     train_set = make_dataset(cfg)
     meta = train_set.meta
-    v2 = str(meta.info.get("codebase_version", "")).startswith("v2")
-    if v2 and args.loader != "robocache":
-        raise SystemExit(f"--loader {args.loader}: LeRobot {lerobot_version()} reads v3.0 sets only and "
-                         f"{args.data} is {meta.info['codebase_version']}; robocache reads it (--loader robocache). "
-                         "For the comparison use the v3.0 copy of the same episodes (cr5_v30).")
     native = meta.features[meta.camera_keys[0]]["shape"][:2] if meta.camera_keys else None
     text = args.image_size or ("native" if args.device.startswith("cuda") else "96x128")
     size = None if text == "native" else tuple(int(v) for v in text.split("x"))

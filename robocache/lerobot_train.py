@@ -167,6 +167,8 @@ class V2Meta:
         self.root, self.repo_id = Path(root), repo_id
         meta = self.root / "meta"
         self.info = load_json(meta / "info.json")
+        for feature in self.info["features"].values():     # as LeRobot's load_info
+            feature["shape"] = tuple(feature["shape"])
         self.features: dict = self.info["features"]
         self.fps = self.info["fps"]
         rows = sorted(load_jsonl(meta / "episodes.jsonl"), key=lambda r: r["episode_index"])

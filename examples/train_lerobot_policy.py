@@ -65,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=1000, help="weights, sample order and per-step randomness")
     p.add_argument("--workers", type=int, default=2, help="worker processes of LeRobot's torch DataLoader")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of torch and robocache (default theirs; "
+                   "1 is fastest on a CPU other jobs share)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the policy's LeRobot config, e.g. --set chunk_size=20 (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="write the curves and timings here as JSON")
@@ -202,6 +204,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from robocache.lerobot_train import make_dataset
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        robocache.set_num_threads(args.threads)
     version = json.loads((args.data / "meta" / "info.json").read_text()).get("codebase_version", "")
     if str(version).startswith("v2") and args.loader != "robocache":
         raise SystemExit(f"--loader {args.loader}: LeRobot {lerobot_version()} reads v3.0 sets only and "

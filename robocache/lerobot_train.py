@@ -83,11 +83,13 @@ class TrainSet:
         if sampler is not None:
             sampler = IndexSampler(sampler, self.dataset)
             rank, world = 0, 1          # the sampler gives this rank's share already
-        collate = ImageTransformer(self.image_transforms, self.meta.camera_keys) if self.image_transforms else None
+        # a collate_fn is robocache's kind: it gets the whole batch dict, after the image transforms
+        collate = torch_keywords.pop("collate_fn", None)
+        if self.image_transforms is not None:
+            collate = ImageTransformer(self.image_transforms, self.meta.camera_keys, then=collate)
         return RobocacheLoader(self.dataset, batch_size, shuffle=bool(shuffle), drop_last=drop_last, seed=self.seed,
                                sampler=sampler, collate_fn=collate, delta_timestamps=self.delta_timestamps,
-                               tolerance_s=self.tolerance_s, rank=rank, world_size=world,
-                               **{k: v for k, v in torch_keywords.items() if k != "collate_fn"})
+                               tolerance_s=self.tolerance_s, rank=rank, world_size=world, **torch_keywords)
 
 
 class IndexSampler:
@@ -133,15 +135,16 @@ class ImageTransformer:
     """LeRobot's ``image_transforms`` (random per item) applied to each sample's camera images of a batch,
     on the batch's device: B calls of the transform per camera, as LeRobot's ``__getitem__`` makes them."""
 
-    def __init__(self, transforms, camera_keys: Iterable[str]):
+    def __init__(self, transforms, camera_keys: Iterable[str], then=None):
         self.transforms = transforms
         self.camera_keys = list(camera_keys)
+        self.then = then
 
-    def __call__(self, batch: dict) -> dict:
+    def __call__(self, batch: dict):
         for k in self.camera_keys:
             if k in batch:
                 batch[k] = torch.stack([self.transforms(x) for x in batch[k]])
-        return batch
+        return batch if self.then is None else self.then(batch)
 
 
 class DataLoader(TorchDataLoader):
@@ -159,7 +162,8 @@ class V2Meta:
     LeRobot 0.4's training reads: ``info``, ``features``, ``fps``, ``stats`` (numpy, per feature),
     ``camera_keys``, ``video_keys``, ``image_keys``, ``robot_type``, ``total_frames``, ``total_episodes``,
     ``episodes`` (a ``datasets.Dataset`` of ``episode_index``, ``tasks``, ``length``, ``dataset_from_index``,
-    ``dataset_to_index``, as LeRobot 0.4's), ``repo_id`` and ``root``."""
+    ``dataset_to_index``, as LeRobot 0.4's), ``repo_id`` and ``root``. Shapes are tuples, as LeRobot's
+    ``load_info`` makes them."""
 
     def __init__(self, root, repo_id: str = ""):
         import datasets
@@ -299,4 +303,6 @@ def main() -> Any:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m` runs this file as __main__: take the package's copy, so there is one TrainSet class
+    from robocache.lerobot_train import main as package_main
+    package_main()

@@ -186,6 +186,19 @@ def test_image_transforms_run_per_sample():
     images = torch.rand(3, 2, 3, 4, 5)
     batch = ImageTransformer(flip, ["cam", "absent"])({"cam": images.clone(), "state": torch.zeros(3)})
     assert calls == [(2, 3, 4, 5)] * 3 and torch.equal(batch["cam"], images.flip(-1))
+    # a collate_fn of the user's runs after them, on the whole batch
+    then = ImageTransformer(flip, ["cam"], then=lambda b: b["cam"].sum(0))({"cam": images.clone()})
+    assert torch.allclose(then, images.flip(-1).sum(0))
+
+
+def test_loader_applies_image_transforms_then_collate(v30_subset):
+    cfg, ts = v30_subset
+    flipped = TrainSet(ts.dataset, ts.meta, ts.delta_timestamps, image_transforms=lambda x: x.flip(-1))
+    cam = ts.meta.camera_keys[0]
+    a = next(iter(DataLoader(ts, batch_size=3, sampler=[ts.dataset.meta.first_index[1]] * 3)))
+    b = next(iter(DataLoader(flipped, batch_size=3, sampler=[ts.dataset.meta.first_index[1]] * 3,
+                             collate_fn=lambda batch: {**batch, "seen": True})))
+    assert torch.equal(b[cam], a[cam].flip(-1)) and b["seen"]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_image_transforms_run_per_sample():
 
 
 def test_loader_applies_image_transforms_then_collate(v30_subset):
-    cfg, ts = v30_subset
+    _, ts = v30_subset
     flipped = TrainSet(ts.dataset, ts.meta, ts.delta_timestamps, image_transforms=lambda x: x.flip(-1))
     cam = ts.meta.camera_keys[0]
     a = next(iter(DataLoader(ts, batch_size=3, sampler=[ts.dataset.meta.first_index[1]] * 3)))

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="import-untyped,import-not-found"
 """One of LeRobot's own policies (ACT, or Diffusion) trained on a real LeRobot set, fed by robocache, and
 optionally by LeRobot's own loader for the same steps, seed and samples, to compare the loss curves.
 

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="import-untyped,import-not-found"
+# (LeRobot and datasets ship no type information, and are optional: absent where robocache is checked)
 """LeRobot's own training script (``lerobot-train``, LeRobot 0.4.x) fed by robocache.
 
     python -m robocache.lerobot_train <the arguments of lerobot-train>
@@ -98,9 +100,16 @@ class IndexSampler:
     ``world_size``-th from ``rank``, the pass wrapped to a multiple of ``world_size`` as
     ``DistributedSampler`` does."""
 
+    sampler: Any            # LeRobot's samplers: iterable, sized, maybe set_epoch
+    rank: int
+    world_size: int
+    position: np.ndarray    # [dataset-wide index] -> sample position, -1 where not loaded
+
     def __init__(self, sampler: Iterable[int], dataset: Dataset):
         from .shard import distributed
 
+        if dataset.meta is None or dataset.anchor is None:
+            raise ValueError("sampler: dataset-wide indices need a LeRobot set (Dataset.from_lerobot)")
         self.sampler = sampler
         self.rank, self.world_size = distributed(None, None)
         lengths = np.diff(dataset.streams[dataset.anchor].offsets.cpu().numpy())
@@ -112,7 +121,7 @@ class IndexSampler:
             start += n
 
     def __len__(self) -> int:
-        return -(-len(self.sampler) // self.world_size)     # type: ignore[arg-type]  # LeRobot's samplers have len
+        return -(-len(self.sampler) // self.world_size)
 
     def __iter__(self) -> Iterator[int]:
         idx = np.fromiter((int(i) for i in self.sampler), np.int64)
@@ -285,11 +294,13 @@ def feeding() -> Iterator[None]:
     from lerobot.scripts import lerobot_train as script
 
     saved = script.make_dataset, tud.DataLoader
-    script.make_dataset, tud.DataLoader = make_dataset, DataLoader
+    script.make_dataset = make_dataset
+    setattr(tud, "DataLoader", DataLoader)      # the script calls torch.utils.data.DataLoader(...) by that name
     try:
         yield
     finally:
-        script.make_dataset, tud.DataLoader = saved
+        script.make_dataset = saved[0]
+        setattr(tud, "DataLoader", saved[1])
 
 
 def main() -> Any:

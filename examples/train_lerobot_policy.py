@@ -213,6 +213,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"--loader {args.loader}: LeRobot {lerobot_version()} reads v3.0 sets only and "
                          f"{args.data} is {version}; robocache reads it (--loader robocache). For the comparison "
                          "use the v3.0 copy of the same episodes (cr5_v30).")
+    missing = lerobot_decoder_missing() if args.loader != "robocache" else ""
+    if missing:
+        raise SystemExit(f"--loader {args.loader}: {missing}")
     cfg = train_config(args)
     train_set = make_dataset(cfg)
     meta = train_set.meta
@@ -254,6 +257,22 @@ def main(argv=None) -> int:
         args.out.write_text(json.dumps(report, indent=1))
         print(f"wrote {args.out}")
     return 0
+
+
+def lerobot_decoder_missing() -> str:
+    """Why LeRobot's own loader cannot decode video here ("" when it can): it needs torchcodec, or
+    torchvision's ``io.VideoReader`` (gone from torchvision 0.26)."""
+    from lerobot.datasets.video_utils import get_safe_default_codec
+
+    if get_safe_default_codec() == "torchcodec":
+        return ""
+    import torchvision.io
+
+    if hasattr(torchvision.io, "VideoReader"):
+        return ""
+    return (f"LeRobot's loader decodes video with torchcodec (not installed) or torchvision.io.VideoReader "
+            f"(not in torchvision {torchvision.__version__}): pip install the torchcodec release made for "
+            f"torch {torch.__version__.split('+')[0]}, or use --loader robocache")
 
 
 def lerobot_version() -> str:

@@ -79,7 +79,7 @@ class TrainSet:
         """``torch.utils.data.DataLoader(self, ...)`` as robocache's: LeRobot's batches made on the dataset's
         device. A ``sampler`` yields LeRobot's dataset-wide ``index`` values (its ``EpisodeAwareSampler``):
         they become robocache sample positions, and under ``torch.distributed`` each rank takes its share (as
-        accelerate's sharding of the sampler does). ``image_transforms`` run on each sample's images on the
+        accelerate gives each process its own batches). ``image_transforms`` run on each sample's images on the
         device, as LeRobot runs them per item."""
         rank = world = None             # torch.distributed's, as robocache's loader takes them
         if sampler is not None:

@@ -136,7 +136,7 @@ def test_loader_shuffles_every_loaded_frame_once_per_epoch(v30_subset):
 
 def test_sampler_shares_between_ranks(v30_subset, monkeypatch):
     """Under torch.distributed each rank takes every world_size-th sample, the pass wrapped to a multiple of
-    the world size (as accelerate shards LeRobot's sampler): disjoint shares of equal length covering all."""
+    the world size (disjoint, as accelerate deals LeRobot's batches out to its processes): disjoint shares of equal length covering all."""
     import robocache.shard
 
     _, ts = v30_subset

@@ -44,8 +44,10 @@ except ModuleNotFoundError:  # run from a checkout without installing: the repo 
 
 #: the smoke run: a tiny ACT on two episodes, small images, a few steps (seconds on a CPU)
 SMOKE = {"steps": 3, "batch_size": 2, "image_size": "48x64", "episodes": "0-1",
-         "set": ["dim_model=32", "dim_feedforward=64", "n_heads=2", "chunk_size=5", "n_action_steps=5",
-                 "latent_dim=8"]}
+         "act": ["dim_model=32", "dim_feedforward=64", "n_heads=2", "chunk_size=5", "n_action_steps=5",
+                 "latent_dim=8"],
+         "diffusion": ["down_dims=[16,32]", "crop_shape=[40,56]", "horizon=8", "n_action_steps=4",
+                       "diffusion_step_embed_dim=16", "spatial_softmax_num_keypoints=8", "num_inference_steps=4"]}
 
 
 def default_data() -> Path:
@@ -77,7 +79,7 @@ def parse_args(argv=None):
         args.steps, args.batch_size = SMOKE["steps"], SMOKE["batch_size"]
         args.image_size = args.image_size or SMOKE["image_size"]
         args.episodes = args.episodes or SMOKE["episodes"]
-        args.set = SMOKE["set"] + args.set
+        args.set = SMOKE[args.policy] + args.set
     if not (args.data / "meta" / "info.json").is_file():
         p.error(f"--data {args.data}: not a LeRobot set (no meta/info.json); the CR5 sets are in the project's "
                 "shared/data (ROBOCACHE_DATA), any LeRobot v3.0 or v2.x folder works")
@@ -118,12 +120,16 @@ def train_config(args):
     return cfg
 
 
-def sample_order(n: int, steps: int, batch_size: int, seed: int) -> list[int]:
-    """Rows ``0..n-1`` of the loaded frames (LeRobot's dataset positions, robocache's samples) for
-    ``steps`` batches: seeded permutations back to back, both loaders take the same."""
+def sample_order(lengths, steps: int, batch_size: int, seed: int, drop_last_frames: int = 0) -> list[int]:
+    """Rows of the loaded frames (LeRobot's dataset positions, robocache's samples; episodes of ``lengths``
+    back to back) for ``steps`` batches: seeded permutations back to back, both loaders take the same. A policy
+    with ``drop_n_last_frames`` (Diffusion) never samples an episode's last frames, as LeRobot's
+    ``EpisodeAwareSampler`` does in ``lerobot-train``."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    rows = np.concatenate([np.arange(a, a + n - drop_last_frames) for a, n in zip(starts, lengths)])
     rng = np.random.default_rng(seed)
     need = steps * batch_size
-    return np.concatenate([rng.permutation(n) for _ in range(-(-need // n))])[:need].tolist()
+    return np.concatenate([rng.permutation(rows) for _ in range(-(-need // rows.size))])[:need].tolist()
 
 
 def robocache_batches(train_set, order, batch_size):
@@ -223,7 +229,9 @@ def main(argv=None) -> int:
     text = args.image_size or ("native" if args.device.startswith("cuda") else "96x128")
     size = None if text == "native" else tuple(int(v) for v in text.split("x"))
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    order = sample_order(train_set.num_frames, args.steps, args.batch_size, args.seed)
+    lengths = np.diff(train_set.dataset.streams[train_set.dataset.anchor].offsets.cpu().numpy())
+    order = sample_order(lengths, args.steps, args.batch_size, args.seed,
+                         getattr(cfg.policy, "drop_n_last_frames", 0))
     print(f"{args.policy} on {args.data} ({meta.info['codebase_version']}, {train_set.num_episodes} episodes, "
           f"{train_set.num_frames} frames), images {native} -> {size or native}, batch {args.batch_size}, "
           f"{args.steps} steps, {device_name}")

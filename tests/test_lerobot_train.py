@@ -270,14 +270,17 @@ def test_lerobot_train_command_line(cr5_v30, tmp_path, policy):
     assert "step:2 smpl:4" in log
 
 
-def test_example_smoke_matches_lerobot_fed(cr5_v30, tmp_path):
-    """The example's quick mode, both loaders: the first batches agree key for key and so do the losses."""
+@pytest.mark.parametrize("policy", ["act", "diffusion"])
+def test_example_smoke_matches_lerobot_fed(cr5_v30, tmp_path, policy):
+    """The example's quick mode, both loaders: the first batches agree key for key and so do the losses
+    (Diffusion: images and state with a time axis and their masks)."""
     out = tmp_path / "curve.json"
-    r = run([str(ROOT / "examples" / "train_lerobot_policy.py"), "--smoke", "--loader", "both", "--data",
-             str(cr5_v30), "--workers", "0", "--out", str(out)], cwd=tmp_path)
+    r = run([str(ROOT / "examples" / "train_lerobot_policy.py"), "--smoke", "--policy", policy, "--loader", "both",
+             "--data", str(cr5_v30), "--workers", "0", "--out", str(out)], cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rep = json.loads(out.read_text())
     diff = rep["first_batch_max_abs_difference"]
+    assert ("observation.images.top_is_pad" in diff) == (policy == "diffusion")
     assert {k for k, v in diff.items() if v != 0} <= {"observation.images.top"}
     assert diff["observation.images.top"] <= 2 / 255        # another video decoder's rounding at most
     a, b = np.array(rep["robocache_fed"]["loss"]), np.array(rep["lerobot_fed"]["loss"])

@@ -18,7 +18,8 @@ feeds the same policy from ``LeRobotDataset`` + ``torch.utils.data.DataLoader`` 
 dropout, Diffusion's noise and crops) is reseeded at every step, so the curves differ only where the batches do.
 
 Images: the policy sees ``--image-size`` (default 96x128 on the CPU, the set's own 480x640 on CUDA), resized by
-the same ``torch.nn.functional.interpolate`` call for both loaders; LeRobot applies no image transforms by
+the same ``torch.nn.functional.interpolate`` call for both loaders (Diffusion: by the policy itself, its
+``resize_shape``); LeRobot applies no image transforms by
 default (``image_transforms.enable`` is off) and neither does this script. The vision backbone starts from random
 weights (``pretrained_backbone_weights=None``: this runs without network access). Prints the loss per step,
 steps/s and the device; ``--out`` writes the curves as JSON.
@@ -46,7 +47,7 @@ except ModuleNotFoundError:  # run from a checkout without installing: the repo 
 SMOKE = {"steps": 3, "batch_size": 2, "image_size": "48x64", "episodes": "0-1",
          "act": ["dim_model=32", "dim_feedforward=64", "n_heads=2", "chunk_size=5", "n_action_steps=5",
                  "latent_dim=8"],
-         "diffusion": ["down_dims=[16,32]", "crop_shape=[40,56]", "horizon=8", "n_action_steps=4",
+         "diffusion": ["down_dims=[16,32]", "horizon=8", "n_action_steps=4",
                        "diffusion_step_embed_dim=16", "spatial_softmax_num_keypoints=8", "num_inference_steps=4"]}
 
 
@@ -63,7 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--image-size", default=None, help="HxW the policy sees (default: 96x128 on the CPU, the "
-                   "set's own on CUDA; 'native' keeps the set's)")
+                   "set's own on CUDA; 'native' keeps the set's). Diffusion resizes itself (resize_shape)")
     p.add_argument("--episodes", default=None, help="episodes to load, e.g. 0-13 or 0,3,5 (default: all)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=1000, help="weights, sample order and per-step randomness")
@@ -103,13 +104,16 @@ def parse_value(text: str):
         return text
 
 
-def train_config(args):
-    """LeRobot's TrainPipelineConfig for this run (what ``lerobot-train`` parses from its command line)."""
+def train_config(args, size):
+    """LeRobot's TrainPipelineConfig for this run (what ``lerobot-train`` parses from its command line).
+    Diffusion resizes images itself (its ``resize_shape``): it gets ``size`` there."""
     from lerobot.configs.default import DatasetConfig
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.policies.factory import make_policy_config
 
     overrides = dict(kv.split("=", 1) for kv in args.set)
+    if args.policy == "diffusion" and size is not None:
+        overrides.setdefault("resize_shape", json.dumps(list(size)))
     policy = make_policy_config(args.policy, device=args.device, pretrained_backbone_weights=None,
                                 push_to_hub=False, **{k: parse_value(v) for k, v in overrides.items()})
     cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id=f"local/{args.data.name}", root=str(args.data),
@@ -222,12 +226,12 @@ def main(argv=None) -> int:
     missing = lerobot_decoder_missing() if args.loader != "robocache" else ""
     if missing:
         raise SystemExit(f"--loader {args.loader}: {missing}")
-    cfg = train_config(args)
+    text = args.image_size or ("native" if args.device.startswith("cuda") else "96x128")
+    size = None if text == "native" else tuple(int(v) for v in text.split("x"))
+    cfg = train_config(args, size)
     train_set = make_dataset(cfg)
     meta = train_set.meta
     native = meta.features[meta.camera_keys[0]]["shape"][:2] if meta.camera_keys else None
-    text = args.image_size or ("native" if args.device.startswith("cuda") else "96x128")
-    size = None if text == "native" else tuple(int(v) for v in text.split("x"))
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     lengths = np.diff(train_set.dataset.streams[train_set.dataset.anchor].offsets.cpu().numpy())
     order = sample_order(lengths, args.steps, args.batch_size, args.seed,
@@ -240,6 +244,8 @@ def main(argv=None) -> int:
               "steps": args.steps, "batch_size": args.batch_size, "image_size": list(size or native or []),
               "seed": args.seed, "policy_overrides": args.set, "lerobot": lerobot_version(),
               "torch": torch.__version__, "robocache": robocache.__version__}
+    if args.policy == "diffusion":
+        size = None                          # the policy's resize_shape does it (train_config)
     if args.loader in ("robocache", "both"):
         print("fed by robocache")
         report["robocache_fed"] = run(cfg, meta, robocache_batches(train_set, order, args.batch_size),

@@ -1,0 +1,319 @@
+# mypy: disable-error-code="import-untyped,import-not-found"
+# (LeRobot and datasets ship no type information, and are optional: absent where robocache is checked)
+"""LeRobot's own training script (``lerobot-train``, LeRobot 0.4.x) fed by robocache.
+
+    python -m robocache.lerobot_train <the arguments of lerobot-train>
+
+runs ``lerobot.scripts.lerobot_train.train`` unchanged but for the two places where it builds its data:
+``make_dataset(cfg)`` loads the set with ``robocache.Dataset.from_lerobot`` (decoded once, onto the training
+device) instead of a ``LeRobotDataset``, and its ``torch.utils.data.DataLoader(dataset, ...)`` call gets a
+``robocache.DataLoader(..., delta_timestamps=...)``, whose batches are the ``default_collate`` of LeRobot's items
+(robocache/lerobot.py). Policy, processors, normalization, optimizer, accelerate, logging and checkpoints are
+LeRobot's. In a training script of one's own the same two swaps are two lines::
+
+    from robocache.lerobot_train import make_dataset, DataLoader   # LeRobot's make_dataset, torch's DataLoader
+
+``dataset.meta`` is what LeRobot's policy factory and processors read: LeRobot's own ``LeRobotDatasetMetadata``
+for a v3.0 set; for a v2.x set (which LeRobot 0.4 no longer reads) the same fields made the way LeRobot 0.3
+made them (``info.json`` features and fps, statistics of ``episodes_stats.jsonl`` aggregated over every episode
+of the set by LeRobot's ``aggregate_stats``, or ``meta/stats.json``). See docs/loader.md, "Migrating".
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from .dataset import Dataset
+from .loader import DataLoader as RobocacheLoader
+from .readers.lerobot import load_json, load_jsonl
+
+__all__ = ["DataLoader", "TrainSet", "V2Meta", "feeding", "main", "make_dataset"]
+
+TorchDataLoader = torch.utils.data.DataLoader
+
+
+class TrainSet:
+    """What ``make_dataset`` hands LeRobot's training in place of a ``LeRobotDataset``: the robocache
+    ``dataset``, LeRobot's ``meta``, the ``delta_timestamps`` the policy asked for, and the fields the script
+    logs (``num_frames``, ``num_episodes``, ``episodes``). ``DataLoader(train_set, ...)`` makes its batches."""
+
+    def __init__(self, dataset: Dataset, meta, delta_timestamps: dict | None, *, episodes=None,
+                 image_transforms=None, tolerance_s: float = 1e-4, seed: int = 0):
+        self.dataset = dataset
+        self.meta = meta
+        self.delta_timestamps = dict(delta_timestamps or {})
+        self.episodes = None if episodes is None else [int(e) for e in episodes]
+        self.image_transforms = image_transforms
+        self.tolerance_s = float(tolerance_s)
+        self.seed = int(seed)
+
+    @property
+    def num_frames(self) -> int:
+        return self.dataset.num_frames
+
+    @property
+    def num_episodes(self) -> int:
+        return self.dataset.num_episodes
+
+    @property
+    def fps(self) -> float:
+        return float(self.meta.fps)
+
+    @property
+    def features(self) -> dict:
+        return self.meta.features
+
+    def __len__(self) -> int:
+        return self.num_frames
+
+    def __repr__(self) -> str:
+        return f"TrainSet({self.dataset!r},\n  delta_timestamps={self.delta_timestamps})"
+
+    def loader(self, batch_size: int = 1, shuffle: bool | None = None, sampler=None, *, drop_last: bool = False,
+               **torch_keywords) -> RobocacheLoader:
+        """``torch.utils.data.DataLoader(self, ...)`` as robocache's: LeRobot's batches made on the dataset's
+        device. A ``sampler`` yields LeRobot's dataset-wide ``index`` values (its ``EpisodeAwareSampler``):
+        they become robocache sample positions, and under ``torch.distributed`` each rank takes its share (as
+        accelerate gives each process its own batches). ``image_transforms`` run on each sample's images on the
+        device, as LeRobot runs them per item."""
+        rank = world = None             # torch.distributed's, as robocache's loader takes them
+        if sampler is not None:
+            sampler = IndexSampler(sampler, self.dataset)
+            rank, world = 0, 1          # the sampler gives this rank's share already
+        # a collate_fn is robocache's kind: it gets the whole batch dict, after the image transforms
+        collate = torch_keywords.pop("collate_fn", None)
+        if self.image_transforms is not None:
+            collate = ImageTransformer(self.image_transforms, self.meta.camera_keys, then=collate)
+        return RobocacheLoader(self.dataset, batch_size, shuffle=bool(shuffle), drop_last=drop_last, seed=self.seed,
+                               sampler=sampler, collate_fn=collate, delta_timestamps=self.delta_timestamps,
+                               tolerance_s=self.tolerance_s, rank=rank, world_size=world, **torch_keywords)
+
+
+class IndexSampler:
+    """LeRobot's sampler of dataset-wide ``index`` values (``EpisodeAwareSampler``) as robocache sample
+    positions (the loaded episodes' frames in order), this rank's share of each pass: every
+    ``world_size``-th from ``rank``, the pass wrapped to a multiple of ``world_size`` as
+    ``DistributedSampler`` does."""
+
+    sampler: Any            # LeRobot's samplers: iterable, sized, maybe set_epoch
+    rank: int
+    world_size: int
+    position: np.ndarray    # [dataset-wide index] -> sample position, -1 where not loaded
+
+    def __init__(self, sampler: Iterable[int], dataset: Dataset):
+        from .shard import distributed
+
+        if dataset.meta is None or dataset.anchor is None:
+            raise ValueError("sampler: dataset-wide indices need a LeRobot set (Dataset.from_lerobot)")
+        self.sampler = sampler
+        self.rank, self.world_size = distributed(None, None)
+        lengths = np.diff(dataset.streams[dataset.anchor].offsets.cpu().numpy())
+        first = np.array([dataset.meta.first_index[int(e)] for e in dataset.episode_index], np.int64)
+        self.position = np.full(int((first + lengths).max(initial=0)), -1, np.int64)
+        start = 0
+        for f, n in zip(first, lengths):
+            self.position[f:f + n] = np.arange(start, start + n)
+            start += n
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        idx = np.fromiter((int(i) for i in self.sampler), np.int64)
+        inside = (idx >= 0) & (idx < self.position.size)
+        pos = np.where(inside, self.position[np.where(inside, idx, 0)], -1)
+        if (pos < 0).any():
+            raise IndexError(f"sampler: dataset-wide indices {idx[pos < 0][:8].tolist()} are not frames of the "
+                             "loaded episodes")
+        w = self.world_size
+        if pos.size % w:
+            pos = np.concatenate([pos, pos[: w - pos.size % w]])
+        return iter(pos[self.rank::w].tolist())
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+
+class ImageTransformer:
+    """LeRobot's ``image_transforms`` (random per item) applied to each sample's camera images of a batch,
+    on the batch's device: B calls of the transform per camera, as LeRobot's ``__getitem__`` makes them."""
+
+    def __init__(self, transforms, camera_keys: Iterable[str], then=None):
+        self.transforms = transforms
+        self.camera_keys = list(camera_keys)
+        self.then = then
+
+    def __call__(self, batch: dict):
+        for k in self.camera_keys:
+            if k in batch:
+                batch[k] = torch.stack([self.transforms(x) for x in batch[k]])
+        return batch if self.then is None else self.then(batch)
+
+
+class DataLoader(TorchDataLoader):
+    """``torch.utils.data.DataLoader``, except that for a :class:`TrainSet` it is the TrainSet's
+    robocache loader (``TrainSet.loader``, same keywords); any other dataset gets torch's own."""
+
+    def __new__(cls, dataset=None, *args, **kwargs):
+        if isinstance(dataset, TrainSet):
+            return dataset.loader(*args, **kwargs)
+        return super().__new__(cls)
+
+
+class V2Meta:
+    """LeRobot 0.3's ``LeRobotDatasetMetadata`` of a v2.x set (LeRobot 0.4 reads v3.0 only), with the fields
+    LeRobot 0.4's training reads: ``info``, ``features``, ``fps``, ``stats`` (numpy, per feature),
+    ``camera_keys``, ``video_keys``, ``image_keys``, ``robot_type``, ``total_frames``, ``total_episodes``,
+    ``episodes`` (a ``datasets.Dataset`` of ``episode_index``, ``tasks``, ``length``, ``dataset_from_index``,
+    ``dataset_to_index``, as LeRobot 0.4's), ``repo_id`` and ``root``. Shapes are tuples, as LeRobot's
+    ``load_info`` makes them."""
+
+    def __init__(self, root, repo_id: str = ""):
+        import datasets
+
+        self.root, self.repo_id = Path(root), repo_id
+        meta = self.root / "meta"
+        self.info = load_json(meta / "info.json")
+        for feature in self.info["features"].values():     # as LeRobot's load_info
+            feature["shape"] = tuple(feature["shape"])
+        self.features: dict = self.info["features"]
+        self.fps = self.info["fps"]
+        rows = sorted(load_jsonl(meta / "episodes.jsonl"), key=lambda r: r["episode_index"])
+        lengths = np.array([r["length"] for r in rows], np.int64)
+        ends = np.cumsum(lengths)
+        self.episodes = datasets.Dataset.from_dict({
+            "episode_index": [r["episode_index"] for r in rows], "tasks": [r.get("tasks", []) for r in rows],
+            "length": lengths.tolist(), "dataset_from_index": (ends - lengths).tolist(),
+            "dataset_to_index": ends.tolist()})
+        self.stats = v2_stats(meta)
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] in ("video", "image")]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "image"]
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.info["total_frames"])
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.info["total_episodes"])
+
+
+def v2_stats(meta: Path) -> dict:
+    """A v2.x set's statistics as LeRobot 0.3 had them: ``meta/stats.json`` (v2.0), else every episode's
+    ``episodes_stats.jsonl`` entry (v2.1) aggregated by LeRobot's ``aggregate_stats`` (count-weighted mean,
+    pooled std, min of mins, max of maxes), as numpy arrays."""
+    from lerobot.datasets.compute_stats import aggregate_stats
+
+    def as_numpy(stats: dict) -> dict:
+        return {k: {s: np.array(v) for s, v in st.items()} for k, st in stats.items()}
+
+    if (meta / "stats.json").is_file():
+        return as_numpy(load_json(meta / "stats.json"))
+    return aggregate_stats([as_numpy(r["stats"]) for r in load_jsonl(meta / "episodes_stats.jsonl")])
+
+
+def lerobot_meta(root, repo_id: str = "", revision: str | None = None):
+    """LeRobot's metadata of the set at ``root``: ``LeRobotDatasetMetadata`` for v3.0, :class:`V2Meta` for v2.x."""
+    info = load_json(Path(root) / "meta" / "info.json")
+    if str(info.get("codebase_version", "")).startswith("v2"):
+        return V2Meta(root, repo_id)
+    from lerobot.datasets.lerobot_dataset import LeRobotDatasetMetadata
+    return LeRobotDatasetMetadata(repo_id, root=root, revision=revision)
+
+
+def make_dataset(cfg) -> TrainSet:
+    """LeRobot's ``make_dataset(cfg)`` (``lerobot.datasets.factory``) with robocache loading the set.
+
+    The same reading of ``cfg``: ``delta_timestamps`` from the policy's delta indices
+    (``resolve_delta_timestamps``), ``cfg.dataset.episodes``, ``cfg.tolerance_s``, ImageNet statistics for the
+    cameras with ``use_imagenet_stats`` (the default), ``image_transforms`` when enabled (off by default).
+    The set is read from ``cfg.dataset.root``, else LeRobot's cache folder ``HF_LEROBOT_HOME / repo_id``: a set
+    not there yet is an error saying how to download it. ``video_backend`` and ``revision`` do not apply
+    (robocache decodes the local files itself); ``streaming`` is refused."""
+    from lerobot.datasets.factory import IMAGENET_STATS, resolve_delta_timestamps
+    from lerobot.datasets.transforms import ImageTransforms
+    from lerobot.utils.constants import HF_LEROBOT_HOME
+
+    data = cfg.dataset
+    if not isinstance(data.repo_id, str):
+        raise NotImplementedError("several datasets (a list of repo_id) are not supported, as in LeRobot")
+    if data.streaming:
+        raise ValueError("--dataset.streaming=true: robocache loads the set onto the device instead of streaming "
+                         "it; leave streaming off")
+    root = Path(data.root) if data.root else HF_LEROBOT_HOME / data.repo_id
+    if not (root / "meta" / "info.json").is_file():
+        raise FileNotFoundError(f"{root}: no LeRobot set there (meta/info.json). robocache reads a local copy: "
+                                f"pass --dataset.root=PATH, or download it first, e.g. `hf download {data.repo_id} "
+                                f"--repo-type dataset --local-dir {root}`")
+    meta = lerobot_meta(root, data.repo_id, data.revision)
+    delta_timestamps = resolve_delta_timestamps(cfg.policy, meta)
+    dataset = Dataset.from_lerobot(root, episodes=data.episodes, device=training_device(cfg.policy.device))
+    transforms = ImageTransforms(data.image_transforms) if data.image_transforms.enable else None
+    if data.use_imagenet_stats:
+        for key in meta.camera_keys:
+            for name, value in IMAGENET_STATS.items():
+                meta.stats[key][name] = torch.tensor(value, dtype=torch.float32)
+    return TrainSet(dataset, meta, delta_timestamps, episodes=data.episodes, image_transforms=transforms,
+                    tolerance_s=cfg.tolerance_s, seed=0 if cfg.seed is None else cfg.seed)
+
+
+def training_device(name: str | None) -> torch.device:
+    """Where the set lives: the current GPU (accelerate's, one per process) when the policy trains on CUDA,
+    else the CPU (the preprocessor moves CPU batches to another device, e.g. mps)."""
+    if name and str(name).startswith("cuda") and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+@contextmanager
+def feeding() -> Iterator[None]:
+    """Within the block, LeRobot's training script (``lerobot.scripts.lerobot_train``) loads its set with
+    robocache and ``torch.utils.data.DataLoader`` gives a robocache loader for it (:class:`DataLoader`: torch's
+    own for any other dataset); both are restored on exit."""
+    import torch.utils.data as tud
+    from lerobot.scripts import lerobot_train as script
+
+    saved = script.make_dataset, tud.DataLoader
+    script.make_dataset = make_dataset
+    setattr(tud, "DataLoader", DataLoader)      # the script calls torch.utils.data.DataLoader(...) by that name
+    try:
+        yield
+    finally:
+        script.make_dataset = saved[0]
+        setattr(tud, "DataLoader", saved[1])
+
+
+def main() -> Any:
+    """``lerobot-train`` with robocache feeding it (the command line is LeRobot's)."""
+    from lerobot.scripts import lerobot_train as script
+    from lerobot.utils.import_utils import register_third_party_plugins
+
+    register_third_party_plugins()
+    with feeding():
+        return script.train()
+
+
+if __name__ == "__main__":
+    # `python -m` runs this file as __main__: take the package's copy, so there is one TrainSet class
+    from robocache.lerobot_train import main as package_main
+    package_main()

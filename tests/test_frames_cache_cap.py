@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames.ingest import ingest_videos  # noqa: E402
+from noise_clips import write_noise_h264
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 
@@ -28,15 +29,7 @@ def clips(tmp_path_factory):
     paths = []
     for i in range(4):
         p = str(root / f"cam_{i}.mp4")
-        with av.open(p, "w") as c:
-            s = c.add_stream("libx264", rate=10)
-            s.width, s.height, s.pix_fmt = 48, 32, "yuv420p"
-            for _ in range(6):
-                img = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
-                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                    c.mux(pkt)
-            for pkt in s.encode():
-                c.mux(pkt)
+        write_noise_h264(p, 6, rng, height=32, width=48)
         paths.append(p)
     return paths
 

@@ -18,6 +18,7 @@ from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames import processes as rc_processes  # noqa: E402
 from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
+from noise_clips import write_noise_h264  # noqa: E402
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cache_env")]
 
@@ -98,16 +99,7 @@ def encode_clips(tmp_path, counts):
     paths = []
     for i, n in enumerate(counts):
         p = str(tmp_path / f"v{i}.mp4")
-        with av.open(p, "w") as c:
-            s = c.add_stream("libx264", rate=10)
-            s.width, s.height, s.pix_fmt = 96, 64, "yuv420p"
-            rng = np.random.default_rng(i)
-            for _ in range(n):
-                img = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
-                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                    c.mux(pkt)
-            for pkt in s.encode():
-                c.mux(pkt)
+        write_noise_h264(p, n, np.random.default_rng(i), height=64, width=96)
         paths.append(p)
     return paths
 

@@ -20,6 +20,7 @@ from robocache.frames import processes as rc_processes  # noqa: E402
 from robocache.frames import writes as rc_writes  # noqa: E402
 from robocache.frames.ingest import cached_layout, ingest_videos  # noqa: E402
 from robocache.frames.videos import load_videos  # noqa: E402
+from noise_clips import write_noise_h264
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 
@@ -32,15 +33,7 @@ def clips(tmp_path_factory):
     paths = []
     for i, n in enumerate((5, 8, 6)):
         p = str(root / f"c{i}.mp4")
-        with av.open(p, "w") as c:
-            s = c.add_stream("libx264", rate=10)
-            s.width, s.height, s.pix_fmt = 48, 32, "yuv420p"
-            for _ in range(n):
-                img = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
-                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                    c.mux(pkt)
-            for pkt in s.encode():
-                c.mux(pkt)
+        write_noise_h264(p, n, rng, height=32, width=48)
         paths.append(p)
     return paths
 

@@ -1,0 +1,22 @@
+"""Small H.264 files of uniform noise, the cache and ingest tests' episodes (noise: no frame predicts
+another, so each decoded frame tells which one it is)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def write_noise_h264(path: str, frames: int, rng: np.random.Generator, height: int = 32, width: int = 48,
+                     rate: int = 10) -> str:
+    """``frames`` frames of ``height x width`` RGB noise from ``rng``, coded as yuv420p H.264 at ``rate``."""
+    import av   # here: a test module that skips without PyAV can import this one
+    with av.open(path, "w") as c:
+        s = c.add_stream("libx264", rate=rate)
+        s.width, s.height, s.pix_fmt = width, height, "yuv420p"
+        for _ in range(frames):
+            img = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+            for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(pkt)
+        for pkt in s.encode():
+            c.mux(pkt)
+    return path

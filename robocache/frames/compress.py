@@ -74,7 +74,7 @@ class Compressed:
                 f"{self.seconds:.2f} s ({self.frames_per_s:.0f} frames/s))")
 
 
-def ingest_compressed(sources, *, qscale: int = 2, resize=None, cache: bool = True, workers: int | None = None,
+def ingest_compressed(sources, *, qscale: int | None = 2, resize=None, cache: bool = True, workers: int | None = None,
                       show_progress: bool | None = None, desc: str = "", spec: FrameSpec | None = None,
                       counts=None, infos=None, host_budget: int | None = None, codec: str = "jpeg") -> Compressed:
     """The video sources of ONE stream (one per episode: files, or spans of shared files) into coded

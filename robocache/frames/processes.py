@@ -17,6 +17,7 @@ import os
 import signal
 import time
 import warnings
+from typing import Any
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -36,6 +37,7 @@ PROCESS_MIN_WORKERS = 8
 # ROBOCACHE_DECODE_STALL_S overrides it (seconds)
 STALL_SECONDS = float(os.environ.get("ROBOCACHE_DECODE_STALL_S") or 300)
 _PR_SET_PDEATHSIG = 1
+_PRCTL: Any
 try:
     # resolved here, in the parent: a forked child that calls dlopen can hang for good on the loader's
     # lock when another thread of the parent held it at the fork (CI once saw decode processes hand back

@@ -20,22 +20,13 @@ from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames.compress import ingest_compressed  # noqa: E402
 from robocache.frames.ingest import ingest_videos  # noqa: E402
 from robocache.video import VideoSource  # noqa: E402
+from noise_clips import write_noise_h264  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 
 
 def write_clip(path, n, seed, h=32, w=48):
-    rng = np.random.default_rng(seed)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=10)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        for _ in range(n):
-            img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
-            for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                c.mux(pkt)
-        for pkt in s.encode():
-            c.mux(pkt)
-    return str(path)
+    return write_noise_h264(str(path), n, np.random.default_rng(seed), height=h, width=w)
 
 
 @pytest.fixture(scope="module")

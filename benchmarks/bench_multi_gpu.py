@@ -13,6 +13,8 @@ the same as ranks are added, so flat per-rank rates are perfect scaling) and the
   device      + one 480x640 camera frame per sample, YUV 4:2:0 in GPU memory
   host        the same frames in pinned host memory, read by the GPU per batch
   compressed  the same frames as JPEG bytes in host RAM, decoded per batch (nvJPEG on the GPU)
+  lossless    camera-like generated frames (bench_scale.camera_pool: random bytes do not compress) coded
+              losslessly, bytes in pinned host RAM, decoded per batch on the GPU (cuda/lossless.cu)
 
 Each (set, world size) is timed twice: the loader alone (batches taken and waited for), and with a DDP
 step of a small policy (a conv embedding of the frame + MLPs, gradients all-reduced every step).
@@ -47,7 +49,7 @@ from robocache import Window  # noqa: E402
 from robocache.frames import numa  # noqa: E402
 
 STATE, ACTION, CHUNK, FPS = 14, 7, 16, 10.0
-TIERS = ("lowdim", "device", "host", "compressed")
+TIERS = ("lowdim", "device", "host", "compressed", "lossless")
 
 
 def dataset(cfg: dict, world: int, tier: str) -> robocache.Dataset:
@@ -70,6 +72,15 @@ def dataset(cfg: dict, world: int, tier: str) -> robocache.Dataset:
         data = np.concatenate([coded.data[coded.offsets[i]:coded.offsets[i + 1]] for i in pick])
         store = FrameStore(data, format="jpeg", height=h, width=w, channels=3, tier="compressed", device="cpu",
                            matrix="bt601", offsets=offsets, qscale=coded.qscale)
+    elif tier == "lossless":
+        from bench_scale import camera_pool     # (benchmarks/ is the script's own folder, first on sys.path)
+        coded = FrameStore.create(camera_pool(cfg["pool"], h, w), format="yuv420", height=h, width=w,
+                                  tier="lossless", device="cpu")
+        sizes = np.diff(coded.offsets)[pick]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        data = np.concatenate([coded.data[coded.offsets[i]:coded.offsets[i + 1]] for i in pick])
+        store = FrameStore(data, format="lossless", height=h, width=w, channels=3, tier="lossless", device="cpu",
+                           offsets=offsets)
     elif tier == "host":
         # not pinned here: the loader pins the rank's shard when it moves it to the GPU (FrameStore.to),
         # so no rank pins the whole set

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scale.py [--frames 3000000] [--json OUT]
     python benchmarks/bench_scale.py --decode-only        # the codec comparison alone
+    python benchmarks/bench_scale.py --tiers lossless --skip decode host   # the lossless tier's part
     python benchmarks/bench_scale.py --smoke              # CI: every part on the CPU at toy size
 
 The set: DROID-shaped (3 cameras at 180x320, 15 fps, 300-step episodes, state [8], action chunks
@@ -23,6 +24,11 @@ Measured in one run, with the GPU's name:
   torch     torch.utils.data.DataLoader, --workers workers, each sample decoding its 3 frames from
             short-GOP AV1 mp4s with PyAV (LeRobot's default; --mp4-episodes episodes encoded here,
             g=2 crf=30: its rate per sample does not depend on the set's size)
+  lossless  the lossless tier (--tiers lossless): the same set's frames coded by the tier's coder (MED +
+            rANS, decoded per batch on the GPU), bit-exact; its pool is --lossless-pool: "real" (the CR5
+            arm's AV1 frames resized to 180x320, ROBOCACHE_DATA; the default when present) or the
+            generated one (whose sensor noise no lossless coder removes); bytes/frame, host RAM, GPU
+            memory, samples/s at --batch and 4x, energy, the step costs, and its ingest on the mp4s
   host      robocache's host tier (decoded YUV in pinned memory) on the largest subset that fits
   ingest    the real pipeline (AV1 decode + JPEG coding) on the mp4s, cold and from the cache
   energy    GPU energy (NVML's counter, nvidia-ml-py) and CPU core-seconds (/proc/stat) per 1,000 samples
@@ -355,6 +361,114 @@ class PyAVSamples(torch.utils.data.Dataset):
 # ---------------------------------------------------------------------------------------------
 
 
+def compressed_part(args, dev, pdata, poff, eps, times, res, save):
+    """The set in the compressed (JPEG) tier: samples/s per nvJPEG backend at --batch and 4x, and the step
+    costs. Returns a fixed batch (for the paired step costs) and the loaders (kept for the host part)."""
+    t = time.perf_counter()
+    E, B = len(eps), args.batch
+    stores = {}
+    for k, c in enumerate(CAMS):
+        data, offsets = replicate(pdata, poff, E, seed=k)
+        stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed", device=dev,
+                               matrix="bt601", offsets=offsets, qscale=args.qscale)
+    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (s, times) for c, s in stores.items()})
+    res["set"] = {"episodes": E, "camera_frames": E * EP_LEN * len(CAMS), "samples": E * EP_LEN,
+                  "rgb_gb": E * EP_LEN * len(CAMS) * H * W * 3 / 1e9,
+                  "compressed_gb": sum(s.nbytes for s in stores.values()) / 1e9,
+                  "build_s": time.perf_counter() - t, "host_rss_gb": rss_gb(),
+                  "gpu_allocated_gb": torch.cuda.memory_allocated(dev) / 1e9}
+    print(ds, flush=True)
+    save()
+    fixed_batch, loaders = None, {}
+    res["robocache_compressed"] = {}
+    for name in args.backends:
+        # read at each batch; each backend keeps its own decoder (robocache.frames.jpeg.backend_choice)
+        os.environ["ROBOCACHE_NVJPEG_BACKEND"] = name
+        loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+        torch.cuda.reset_peak_memory_stats(dev)
+        r = rate(lambda: iter(loader), B, 300, 5, dev)
+        r["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+        r["decoder"] = robocache.frames.jpeg.backend(dev)
+        big = robocache.DataLoader(ds, 4 * B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+        r["samples_per_s_batch_x4"] = rate(lambda: iter(big), 4 * B, 60, 3, dev)["samples_per_s"]
+        big = None
+        res["robocache_compressed"][name] = r
+        print("compressed", name, r, flush=True)
+        if fixed_batch is None:
+            fixed_batch = {k: v.clone() for k, v in next(iter(loader)).items()}
+        save()
+        step_part(args, dev, name, loader, fixed_batch, res, save)
+        loaders[name] = loader
+    os.environ.pop("ROBOCACHE_NVJPEG_BACKEND", None)
+    return fixed_batch, loaders
+
+
+def step_part(args, dev, name, loader, fixed_batch, res, save) -> None:
+    """The loader's cost in each policy's step, paired against fixed batches (before the torch
+    DataLoader's workers exist in the process)."""
+    fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
+    mine = {name: (lambda: endless(lambda: iter(loader)), 3)}
+    for policy in args.policies:
+        rounds, steps = (args.rounds, args.steps) if policy == "small" else (2, max(10, args.steps // 2))
+        res["step"][policy][name] = step_costs(fixed, mine, rounds, steps, dev, make_policy(policy))
+        print("step", policy, name, res["step"][policy][name], flush=True)
+        save()
+
+
+def lossless_pool(args):
+    """I420 frames the lossless set is laid out from, and what they are."""
+    from bench_lossless import REAL, real_rows
+    kind = args.lossless_pool or ("real" if any(REAL.glob("episode_*.mp4")) else "generated")
+    if kind == "real":
+        rows, h, w = real_rows(300, (H, W))
+        assert (h, w) == (H, W), (h, w)
+        return rows, f"real: {len(rows)} CR5 AV1 frames from 3 episodes, resized to {H}x{W}"
+    return camera_pool(min(args.pool, 1024)), "generated: camera_pool (smooth fields + sensor noise)"
+
+
+def lossless_part(args, dev, eps, times, fixed_batch, res, save):
+    """The set in the lossless tier: bytes, memory, samples/s at --batch and 4x, step costs, and JPEG's
+    bytes and PSNR on the same frames. Returns a fixed batch for the paired step costs."""
+    from robocache.frames.lossless import encode_all as encode_lossless
+    E, B = len(eps), args.batch
+    rows, source = lossless_pool(args)
+    t = time.perf_counter()
+    pdata, poff = encode_lossless(rows, H, W)
+    code_s = time.perf_counter() - t
+    stores = {}
+    for k, c in enumerate(CAMS):      # one camera at a time: its bytes laid out, then pinned by the store
+        data, offsets = replicate(pdata, poff, E, seed=k)
+        stores[c] = FrameStore(data, format="lossless", height=H, width=W, channels=3, tier="lossless",
+                               device=dev, offsets=offsets)
+        del data
+    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (s, times) for c, s in stores.items()})
+    res["lossless_set"] = {"pool": source, "bytes_per_frame": float(np.diff(poff).mean()),
+                           "i420_bytes_per_frame": yuv420_bytes(H, W), "pool_code_s_1thread": code_s,
+                           "lossless_gb": sum(s.nbytes for s in stores.values()) / 1e9,
+                           "build_s": time.perf_counter() - t, "host_rss_gb": rss_gb(),
+                           "gpu_allocated_gb": torch.cuda.memory_allocated(dev) / 1e9,
+                           "jpeg_same_frames": quality(rows[:256], qscales=(args.qscale,))}
+    print(ds, res["lossless_set"], flush=True)
+    save()
+    loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+    torch.cuda.reset_peak_memory_stats(dev)
+    r = rate(lambda: iter(loader), B, 300, 5, dev)
+    r["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+    big = robocache.DataLoader(ds, 4 * B, shuffle=True, seed=0, windows=windows(), drop_last=True)
+    torch.cuda.reset_peak_memory_stats(dev)
+    r["batch_x4"] = rate(lambda: iter(big), 4 * B, 100, 3, dev)
+    r["batch_x4"]["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
+    r["samples_per_s_batch_x4"] = r["batch_x4"]["samples_per_s"]
+    big = None
+    res["robocache_lossless"] = r
+    print("lossless", r, flush=True)
+    if fixed_batch is None:
+        fixed_batch = {k: v.clone() for k, v in next(iter(loader)).items()}
+    save()
+    step_part(args, dev, "lossless", loader, fixed_batch, res, save)
+    return fixed_batch
+
+
 def smoke() -> int:
     """CI (--smoke): every part on the CPU at toy size, in seconds, nothing timed that means anything: the
     codec at one qscale, a 2-episode compressed set (decoded by PyAV on the CPU, the tier's reference)
@@ -377,6 +491,16 @@ def smoke() -> int:
     r = rate(lambda: iter(loader), 4, 2, 1, dev)
     batch = next(iter(loader))
     assert batch[CAMS[0]].shape == (4, 1, 3, H, W), batch[CAMS[0]].shape
+    from robocache.frames.lossless import encode_all as encode_lossless
+    ldata, loff = encode_lossless(pool, H, W)
+    lstores = {}
+    for k, c in enumerate(CAMS):
+        data, offsets = replicate(ldata, loff, E, seed=k)
+        lstores[c] = FrameStore(data, format="lossless", height=H, width=W, channels=3, tier="lossless",
+                                device=dev, offsets=offsets)
+    lds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (st, times) for c, st in lstores.items()})
+    lb = next(iter(robocache.DataLoader(lds, 4, shuffle=True, seed=0, windows=windows(), drop_last=True)))
+    assert lb[CAMS[0]].shape == (4, 1, 3, H, W), lb[CAMS[0]].shape
     model = Policy(width=8)
     ((model(batch) - batch["action"]) ** 2).mean().backward()
     groot = GrootSized(len(CAMS), STATE, ACTION, CHUNK, vision_layers=1, head_layers=1)
@@ -413,6 +537,10 @@ def main(argv=None) -> int:
                     choices=["auto", "hardware", "gpu_hybrid", "hybrid", "default"], help="nvJPEG backends measured")
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES,
                     help="policies whose step cost is measured")
+    ap.add_argument("--tiers", nargs="+", default=["compressed", "lossless"], choices=["compressed", "lossless"],
+                    help="frame tiers of the DROID-shaped set measured (each built, timed, then freed)")
+    ap.add_argument("--lossless-pool", choices=["real", "generated"], default=None,
+                    help="frames the lossless set is laid out from (default: real when ROBOCACHE_DATA has them)")
     ap.add_argument("--decode-only", action="store_true")
     ap.add_argument("--skip", nargs="*", default=[], choices=["decode", "ingest", "host"],
                     help="parts left out (a shorter run)")
@@ -451,54 +579,20 @@ def main(argv=None) -> int:
     # ---- the compressed set ------------------------------------------------------------------
     E = -(-args.frames // (len(CAMS) * EP_LEN))
     rng = np.random.default_rng(0)
-    t = time.perf_counter()
-    pdata, poff = pack(encode_all(pool, H, W, args.qscale))
-    stores = {}
-    for k, c in enumerate(CAMS):
-        data, offsets = replicate(pdata, poff, E, seed=k)
-        stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed", device=dev,
-                               matrix="bt601", offsets=offsets, qscale=args.qscale)
     times = [np.arange(EP_LEN) / FPS] * E
     eps = lowdim(E, rng)
-    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (s, times) for c, s in stores.items()})
-    res["set"] = {"episodes": E, "camera_frames": E * EP_LEN * len(CAMS), "samples": E * EP_LEN,
-                  "rgb_gb": E * EP_LEN * len(CAMS) * H * W * 3 / 1e9,
-                  "compressed_gb": sum(s.nbytes for s in stores.values()) / 1e9,
-                  "build_s": time.perf_counter() - t, "host_rss_gb": rss_gb(),
-                  "gpu_allocated_gb": torch.cuda.memory_allocated(dev) / 1e9}
-    print(ds, flush=True)
-    save()
-
     B = args.batch
     fixed_batch, loaders = None, {}
-    res["robocache_compressed"], res["step"] = {}, {p: {} for p in args.policies}
-    for name in args.backends:
-        # read at each batch; each backend keeps its own decoder (robocache.frames.jpeg.backend_choice)
-        os.environ["ROBOCACHE_NVJPEG_BACKEND"] = name
-        loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
-        torch.cuda.reset_peak_memory_stats(dev)
-        r = rate(lambda: iter(loader), B, 300, 5, dev)
-        r["gpu_peak_gb"] = torch.cuda.max_memory_allocated(dev) / 1e9
-        r["decoder"] = robocache.frames.jpeg.backend(dev)
-        big = robocache.DataLoader(ds, 4 * B, shuffle=True, seed=0, windows=windows(), drop_last=True)
-        r["samples_per_s_batch_x4"] = rate(lambda: iter(big), 4 * B, 60, 3, dev)["samples_per_s"]
-        big = None
-        res["robocache_compressed"][name] = r
-        print("compressed", name, r, flush=True)
-        if fixed_batch is None:
-            fixed_batch = {k: v.clone() for k, v in next(iter(loader)).items()}
-        save()
-
-        # ---- step cost (before the torch DataLoader's workers exist in the process) ----------------
-        fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
-        mine = {name: (lambda: endless(lambda: iter(loader)), 3)}
-        for policy in args.policies:
-            rounds, steps = (args.rounds, args.steps) if policy == "small" else (2, max(10, args.steps // 2))
-            res["step"][policy][name] = step_costs(fixed, mine, rounds, steps, dev, make_policy(policy))
-            print("step", policy, name, res["step"][policy][name], flush=True)
-            save()
-        loaders[name] = loader
-    os.environ.pop("ROBOCACHE_NVJPEG_BACKEND", None)
+    res["step"] = {p: {} for p in args.policies}
+    pdata, poff = pack(encode_all(pool, H, W, args.qscale))
+    if "compressed" in args.tiers:
+        fixed_batch, loaders = compressed_part(args, dev, pdata, poff, eps, times, res, save)
+    if "lossless" in args.tiers:
+        loaders = None      # the compressed set freed before the lossless one is laid out
+        gc.collect()
+        fixed_batch = lossless_part(args, dev, eps, times, fixed_batch, res, save)
+    # the torch contender's step costs are paired against the last tier's fixed batch (same shapes)
+    fixed = lambda: iter(lambda: fixed_batch, None)  # noqa: E731
 
     # ---- the torch DataLoader over AV1 mp4s ----------------------------------------------------
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -533,13 +627,20 @@ def main(argv=None) -> int:
     from robocache.frames.compress import ingest_compressed
     os.environ["ROBOCACHE_CACHE_DIR"] = str(tmp / "cache")
     paths = [ps[0] for ps in mp4s]
-    cold = ingest_compressed(paths, qscale=args.qscale, show_progress=False)
-    warm = ingest_compressed(paths, qscale=args.qscale, show_progress=False)
-    res["ingest"] = {"frames": len(cold.offsets) - 1, "bytes": int(cold.offsets[-1]), "cold_frames_per_s": cold.frames_per_s,
-                     "cache_frames_per_s": warm.frames_per_s, "cores": os.cpu_count(),
-                     "projected_cold_hours_for_set": res["set"]["camera_frames"] / cold.frames_per_s / 3600}
-    print("ingest", res["ingest"], flush=True)
-    save()
+    res["ingest"] = {}
+    camera_frames = E * EP_LEN * len(CAMS)
+    for tier in args.tiers:
+        codec = {"compressed": "jpeg", "lossless": "lossless"}[tier]
+        cold = ingest_compressed(paths, qscale=args.qscale if codec == "jpeg" else None, codec=codec,
+                                 show_progress=False)
+        warm = ingest_compressed(paths, qscale=args.qscale if codec == "jpeg" else None, codec=codec,
+                                 show_progress=False)
+        res["ingest"][tier] = {"frames": len(cold.offsets) - 1, "bytes": int(cold.offsets[-1]),
+                               "cold_frames_per_s": cold.frames_per_s, "cache_frames_per_s": warm.frames_per_s,
+                               "cores": os.cpu_count(),
+                               "projected_cold_hours_for_set": camera_frames / cold.frames_per_s / 3600}
+        print("ingest", tier, res["ingest"][tier], flush=True)
+        save()
 
     # ---- the host tier on a subset that fits ------------------------------------------------------
     loader = loaders = ds = stores = None
@@ -557,7 +658,9 @@ def main(argv=None) -> int:
                              "pinned_gb": sum(s.nbytes for s in hstores.values()) / 1e9}
     print("host", res["robocache_host"], flush=True)
     res["ratio_vs_torch"] = {name: r["samples_per_s"] / res["torch_pyav"]["samples_per_s"]
-                             for name, r in res["robocache_compressed"].items()}
+                             for name, r in {**res.get("robocache_compressed", {}),
+                                             **({"lossless": res["robocache_lossless"]}
+                                                if "robocache_lossless" in res else {})}.items()}
     save()
     return 0
 

@@ -234,6 +234,7 @@ def test_gpu_lossless_batches_equal_the_host_tier(rng):
 
 @pytest.mark.cuda
 def test_gpu_lossless_mapped_store_stages_on_the_host(rng, clips):
+    ingest_compressed(clips, codec="lossless")      # coded into the cache (only a cache entry is mapped)
     got = ingest_compressed(clips, codec="lossless", host_budget=16)
     assert got.mapped
     kw = dict(format="lossless", height=24, width=40, channels=3, tier="lossless", offsets=got.offsets)

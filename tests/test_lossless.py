@@ -230,7 +230,7 @@ def test_real_frames_round_trip_and_compress(real_rows):
 def _gpu_decode(torch, data, offsets, ids, h, w, *, pinned):
     from robocache.frames.pinned import pin
     dev = torch.device("cuda")
-    ids_d = torch.as_tensor(np.asarray(ids, np.int64), device=dev)
+    ids_d = torch.as_tensor(np.ascontiguousarray(ids, np.int64), device=dev)
     off_d = torch.as_tensor(offsets, device=dev)
     out = torch.full((len(ids), i420_bytes(h, w)), 0xAB, dtype=torch.uint8, device=dev)
     if pinned:

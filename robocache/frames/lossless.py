@@ -141,4 +141,6 @@ def _gather_staged(store, view, ids, host_ids, kw) -> None:
     ids_d = torch.from_numpy(local).pin_memory().to(dev, non_blocking=True)
     off_d = torch.from_numpy(local_off).pin_memory().to(dev, non_blocking=True)
     decode_lossless(planes, staged.to(dev, non_blocking=True), off_d, ids_d, height=store.height, width=store.width)
-    gather_frames(planes, ids_d, view, **kw)
+    # planes[m] holds sample m's frame (the decoder writes row m from staged frame local[m]): gathered by position
+    pos = torch.from_numpy(np.where(keep, np.arange(len(h)), -1)).pin_memory().to(dev, non_blocking=True)
+    gather_frames(planes, pos, view, **kw)

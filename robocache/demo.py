@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._util import progress_bar
 from ._util import torch as _torch
 
 CHUNK = 16          # action steps the policy predicts
@@ -456,17 +457,6 @@ def _parser():
     return p
 
 
-def _bar(total: int, enabled: bool):
-    """tqdm when installed (and wanted), else None: the loop prints a line now and then."""
-    if not enabled:
-        return None
-    try:
-        from tqdm.auto import tqdm  # type: ignore[import-untyped]  # no stubs; optional
-    except ImportError:
-        return None
-    return tqdm(total=total, desc="train", unit="step", file=sys.stderr, dynamic_ncols=True)
-
-
 def run(argv=None, *, out=print) -> dict:
     """Run the demo; returns ``{"loss_first", "loss_last", "losses", "loader_samples_per_s",
     "step_samples_per_s", "steps", "batch_size", "device", "source"}`` (with ``--write-lerobot``:
@@ -557,7 +547,7 @@ def run(argv=None, *, out=print) -> dict:
         n_params = sum(p.numel() for p in policy.parameters())
         out(f"policy: transformer, {n_params / 1e3:.0f}k parameters; {steps} steps")
 
-        bar = _bar(steps, enabled=not args.no_progress and sys.stderr.isatty())
+        bar = progress_bar(steps, "train", enable=not args.no_progress and sys.stderr.isatty(), unit="step")
         every = max(1, steps // 10)
         losses = []                                      # device scalars: no host sync per step
         loader.set_epoch(0)

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ._util import torch as _torch_module
+
 #: LeRobot's bookkeeping columns: batch keys of their own, never windows
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 TOLERANCE_S = 1e-4
@@ -79,7 +81,7 @@ class LeRobotBatches:
         self._first = _first_index_table(ds)
 
     def __call__(self, batch: dict) -> dict:
-        torch = _torch()
+        torch = _torch_module()
         for k in self.flat:
             batch[k] = batch[k][:, 0]
             batch.pop(f"{k}_is_pad", None)
@@ -91,11 +93,6 @@ class LeRobotBatches:
             first = self._first.to(batch["episode_index"].device)
             batch["index"] = first.index_select(0, batch["episode_index"]) + batch["frame_index"]
         return batch
-
-
-def _torch():
-    import torch
-    return torch
 
 
 def dataset_fps(ds) -> float:
@@ -121,7 +118,7 @@ def _first_index_table(ds):
     meta = getattr(ds, "meta", None)
     if meta is None or not meta.first_index:
         return None
-    torch = _torch()
+    torch = _torch_module()
     table = np.zeros(max(meta.first_index) + 1, np.int64)
     for e, i in meta.first_index.items():
         table[e] = i

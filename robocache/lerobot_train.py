@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
+from ._util import current_gpu
 from .dataset import Dataset
 from .loader import DataLoader as RobocacheLoader
 from .readers.lerobot import load_json, load_jsonl
@@ -281,7 +282,7 @@ def training_device(name: str | None) -> torch.device:
     """Where the set lives: the current GPU (accelerate's, one per process) when the policy trains on CUDA,
     else the CPU (the preprocessor moves CPU batches to another device, e.g. mps)."""
     if name and str(name).startswith("cuda") and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
+        return current_gpu()
     return torch.device("cpu")
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._util import torch as _torch
 from .dataset import Dataset
-from .shard import rank_samples
+from .shard import epoch_seed, rank_samples
 
 
 def sampler_len(sampler: Iterable[int]) -> int:
@@ -26,23 +26,11 @@ def sampler_len(sampler: Iterable[int]) -> int:
     return len(sampler)
 
 
-def epoch_seed(seed: int, epoch: int, *more: int) -> int:
-    """64-bit seed of one epoch's order, a pure function of (seed, epoch, *more)."""
-    s = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1), *more]).generate_state(2, np.uint32)
-    return int(s[0]) | (int(s[1] & 0x7FFFFFFF) << 32)
-
-
 def _wrap(idx, n: int):
     """The first n of idx repeated end to end (DistributedSampler's padding); idx[:n] when longer."""
     if idx.shape[0] >= n:
         return idx[:n]
     return idx.repeat(-(-n // idx.shape[0]))[:n]
-
-
-def _runs(ids: np.ndarray, world: int) -> list[np.ndarray]:
-    """``ids`` cut into ``world`` runs of ``len // world`` or one more, in order."""
-    cut = ids.size * np.arange(world + 1, dtype=np.int64) // world
-    return [ids[cut[r]:cut[r + 1]] for r in range(world)]
 
 
 def _grid(ds: Dataset, names: list[str], rate: float):
@@ -86,6 +74,7 @@ class Samples:
                  sampler: Iterable[int] | None, rank: int, world_size: int, shard=None,
                  held: np.ndarray | None = None):
         self.shuffle, self.drop_last, self.seed, self.sampler = shuffle, drop_last, seed, sampler
+        self._order = dict(shuffle=shuffle, drop_last=drop_last, seed=seed)   # how a shard's segments are ordered
         self.rank, self.world_size = rank, world_size
         self.shard = shard                        # shard_episodes: the split of the whole set (shard.Shard)
         self.device = ds.device
@@ -179,40 +168,16 @@ class Samples:
 
     def _left(self, epoch: int, segments) -> np.ndarray:
         """``shard``: the samples (bool ``[N]`` over the whole set) no rank has yielded after ``segments``."""
-        left = np.ones(self.shard.n, bool)
-        for i, (w, b, k) in enumerate(segments):
-            taken = [self._segment(epoch, i, w, r, None if i == 0 else left)[:b * k] for r in range(w)]
-            for t in taken:
-                left[t] = False
-        return left
+        return self.shard.left(epoch, segments, **self._order)
 
     def _segment(self, epoch: int, i: int, world: int, rank: int, left) -> np.ndarray:
-        """``shard``: the sample ids (whole set) rank ``rank`` of ``world`` takes in segment ``i`` of
-        ``epoch``: its shard's (``left`` None: the epoch from its start), or its run of the samples
-        ``left`` cut into ``world`` equal runs (a resumed epoch: balanced to a sample, whatever was
-        left); permuted per (seed, epoch, rank[, i]), wrapped to the largest rank's count (cut to the
-        smallest with drop_last). A rank with no run (fewer samples left than ranks) repeats its shard's
-        (the wrap's padding)."""
-        torch = _torch()
-        plan = self.shard.plan(world)
-        owns = plan if left is None else _runs(np.flatnonzero(left), world)
-        sizes = [o.size for o in owns]
-        per = min(sizes) if self.drop_last else max(sizes)
-        own = owns[rank] if owns[rank].size or not per else plan[rank]
-        if self.shuffle:
-            g = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, rank, *((i,) if i else ())))
-            own = own[torch.randperm(own.size, generator=g).numpy()]
-        return np.resize(own, per) if per else own[:0]
+        """``shard``: rank ``rank``'s sample ids (whole set) in segment ``i`` of ``epoch`` (Shard.segment)."""
+        return self.shard.segment(epoch, i, world, rank, left, **self._order)
 
     def needs(self, epoch: int, segments) -> np.ndarray:
         """``shard``: the episodes (positions in the whole set, sorted) this rank reads in ``epoch`` after
         ``segments``: its shard's, and those of its run of a resumed epoch."""
-        plan = self.shard.plan(self.world_size)[self.rank]
-        ids = plan
-        if segments:
-            ids = np.concatenate([plan, self._segment(epoch, len(segments), self.world_size, self.rank,
-                                                      self._left(epoch, segments))])
-        return np.unique(self.shard.episode_of(ids))
+        return self.shard.needs(epoch, segments, self.world_size, self.rank, **self._order)
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
         """``shard``: rows of this rank's table of whole-set sample ids of its episodes."""

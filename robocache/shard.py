@@ -7,9 +7,10 @@ When whole episodes cannot balance the ranks (fewer or longer episodes than bala
 loader's shards split at sample granularity instead (``rank_samples``): the sample table cut into
 ``world`` equal runs, so an episode's samples may be shared by two ranks (each holds the whole episode,
 which its windows read around the anchor, and anchors only on its own run). An elastic resume cuts
-the samples an epoch has left the same way (sampling.Samples orders each rank's run).
+the samples an epoch has left the same way (``Shard.segment``: each rank's run, in its order).
 
-Here: the split itself (``assign``, ``rank_samples``), a loader's shard of a loaded dataset
+Here: the split itself (``assign``, ``rank_samples``), each epoch's per-rank order of it, resumed or not
+(``Shard.segment``, ``left``, ``needs``; seeded by ``epoch_seed``), a loader's shard of a loaded dataset
 (``episode_shard``) or of one loaded as a rank's episodes (``loaded_shard``), the episodes a resumed epoch
 needs (``held_for_rest``), and from_lerobot's choice of episodes to read (``lerobot_shard``). Nothing of
 robocache is imported at module level: the Dataset uses this file."""
@@ -145,6 +146,55 @@ class Shard:
 
     def episode_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.start, ids, side="right") - 1
+
+    def segment(self, epoch: int, i: int, world: int, rank: int, left, *, shuffle: bool, drop_last: bool,
+                seed: int) -> np.ndarray:
+        """The sample ids (whole set) rank ``rank`` of ``world`` takes in segment ``i`` of ``epoch``: its
+        shard's (``left`` None: the epoch from its start), or its run of the samples ``left`` cut into
+        ``world`` equal runs (a resumed epoch: balanced to a sample, whatever was left); permuted per
+        (seed, epoch, rank[, i]), wrapped to the largest rank's count (cut to the smallest with
+        drop_last). A rank with no run (fewer samples left than ranks) repeats its shard's (the wrap's
+        padding)."""
+        import torch
+        plan = self.plan(world)
+        owns = plan if left is None else runs(np.flatnonzero(left), world)
+        sizes = [o.size for o in owns]
+        per = min(sizes) if drop_last else max(sizes)
+        own = owns[rank] if owns[rank].size or not per else plan[rank]
+        if shuffle:
+            g = torch.Generator().manual_seed(epoch_seed(seed, epoch, rank, *((i,) if i else ())))
+            own = own[torch.randperm(own.size, generator=g).numpy()]
+        return np.resize(own, per) if per else own[:0]
+
+    def left(self, epoch: int, segments, **order) -> np.ndarray:
+        """The samples (bool ``[n]``) no rank has yielded after ``segments`` ``(world, batch, batches)``."""
+        left = np.ones(self.n, bool)
+        for i, (w, b, k) in enumerate(segments):
+            taken = [self.segment(epoch, i, w, r, None if i == 0 else left, **order)[:b * k] for r in range(w)]
+            for t in taken:
+                left[t] = False
+        return left
+
+    def needs(self, epoch: int, segments, world: int, rank: int, **order) -> np.ndarray:
+        """The episodes (sorted) rank ``rank`` reads in ``epoch`` after ``segments``: its shard's, and those
+        of its run of a resumed epoch."""
+        ids = self.plan(world)[rank]
+        if segments:
+            ids = np.concatenate([ids, self.segment(epoch, len(segments), world, rank,
+                                                    self.left(epoch, segments, **order), **order)])
+        return np.unique(self.episode_of(ids))
+
+
+def epoch_seed(seed: int, epoch: int, *more: int) -> int:
+    """64-bit seed of one epoch's order, a pure function of (seed, epoch, *more)."""
+    s = np.random.SeedSequence([seed & (2**64 - 1), epoch & (2**64 - 1), *more]).generate_state(2, np.uint32)
+    return int(s[0]) | (int(s[1] & 0x7FFFFFFF) << 32)
+
+
+def runs(ids: np.ndarray, world: int) -> list[np.ndarray]:
+    """``ids`` cut into ``world`` runs of ``len // world`` or one more, in order."""
+    cut = ids.size * np.arange(world + 1, dtype=np.int64) // world
+    return [ids[cut[r]:cut[r + 1]] for r in range(world)]
 
 
 def episode_shard(ds, counts, rank: int, world: int):

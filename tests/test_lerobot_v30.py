@@ -10,6 +10,7 @@ batches of the two layouts must be equal).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import warnings
 
@@ -22,7 +23,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
-from lerobot_forge import convert_v21_to_v30  # noqa: E402
+from lerobot_forge import TASKS, convert_v21_to_v30, write_lerobot  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
 from robocache.video import decode as rc_decode  # noqa: E402
@@ -221,6 +222,25 @@ def test_span_that_does_not_match_the_rows(converted, tmp_path):
         load(root, episodes=[1], cache=False)
 
 
+def test_span_whose_frames_are_not_at_the_rows_timestamps(converted, tmp_path):
+    """As many frames as rows, but rows whose timestamps are more than 1/fps from their frames': an error
+    naming the file, the episode, the frame and both times (LeRobot would pick other frames)."""
+    root = tmp_path / "times"
+    shutil.copytree(converted[0], root)
+    p = root / "data/chunk-000/file-000.parquet"
+    t = pq.read_table(p)
+    d = t.to_pydict()
+    late = [e == 1 and f >= 100 for e, f in zip(d["episode_index"], d["frame_index"])]
+    d["timestamp"] = [ts + 0.3 if x else ts for ts, x in zip(d["timestamp"], late)]      # 3 frames at 10 fps
+    pq.write_table(pa.table(d, schema=t.schema), p)
+    with pytest.raises(ReaderError, match=r"file-000\.mp4 .*episode 1: frame \d+ is at .* s from the span's start, "
+                                          r"its row's timestamp is .* s \(0\.3000 s apart, more than 1/fps = "
+                                          r"0\.1000 s\)") as err:
+        load(root, episodes=[1], cache=False)
+    k, at, row = re.search(r"frame (\d+) is at ([\d.]+) s .* is ([\d.]+) s", str(err.value)).groups()
+    assert int(k) >= 100 and float(row) - float(at) == pytest.approx(0.3, abs=1e-4)
+
+
 # ---------------------------------------------------------------------------------------------
 # the set LeRobot's recording API wrote
 
@@ -258,8 +278,27 @@ def test_cr5_v30_rows_equal_v21(cr5_v30, cr5_v21):
 
 def test_cr5_v30_tiers_agree(cr5_v30):
     want = batches(load(cr5_v30, episodes=[3, 4, 5], frames="host"))
-    for tier in ("disk",):
+    for tier in ("disk", "lossless"):
         assert_batches_equal(want, batches(load(cr5_v30, episodes=[3, 4, 5], frames=tier)))
+
+
+def test_tasks_per_frame_v21(tmp_path, rng):
+    """A v2.1 set whose parquet changes task_index mid-episode: each frame carries its own task too."""
+    root = tmp_path / "v21"
+    write_lerobot(root, rng, lengths=(6, 10), episode_tasks=[[TASKS[0]], [TASKS[1], TASKS[2]]])
+    p = root / "data/chunk-000/episode_000001.parquet"
+    t = pq.read_table(p)
+    d = t.to_pydict()
+    d["task_index"] = [1] * 4 + [2] * 6                    # episode 1 switches task at its fifth row
+    pq.write_table(pa.table(d, schema=t.schema), p)
+    ds = load(root)
+    want = [0] * 6 + [1] * 4 + [2] * 6
+    assert [int(ds[i]["task_index"]) for i in range(ds.num_frames)] == want
+    assert [ds[i]["task"] for i in range(ds.num_frames)] == [TASKS[k] for k in want]
+    got = {}
+    for b in DataLoader(ds, batch_size=4, shuffle=True, seed=1, identity=True, windows={"a": Window("action")}):
+        got.update(zip(b["index"].tolist(), zip(b["task_index"].tolist(), b["task"])))
+    assert [got[i] for i in range(16)] == [(k, TASKS[k]) for k in want]
 
 
 def test_tasks_per_frame(cr5_v30):

@@ -192,6 +192,78 @@ def gpu(rows: np.ndarray, h: int, w: int, batches, set_frames: int) -> dict:
     return out
 
 
+def nvcomp_compare(rows: np.ndarray, h: int, w: int, batches) -> dict:
+    """nvCOMP's batched decoders (its Python API, ``pip install nvidia-nvcomp-cu13``) against the tier's own
+    decoder on the same frames, in GPU memory: nvCOMP decodes each sampled frame's MED residual planes
+    (the symbols the tier's rANS codes; the inverse predictor, which the tier's decoder runs in the same
+    loop, would still be left to do), ANS, GDeflate (entropy only) and LZ4, and, for scale, ANS on the raw
+    I420 bytes. Bytes per frame include nvCOMP's headers. Decode rates: the tier's from CUDA events, nvCOMP's
+from the wall time of each call with the device synchronized around it (it decodes on a stream of its
+own), medians of 20; its host-side setup per call is in its figure, as it would be in a loader's."""
+    import statistics
+    import cupy as cp
+    import torch
+    from nvidia import nvcomp
+    from robocache._C import decode_lossless
+    from robocache.frames.lossless import encode_all
+    band = default_band(h, w)
+    resid = np.stack([np.concatenate([band_residuals(p, band, "med").ravel() for p in planes(r, h, w)])
+                      for r in rows])
+    out: dict = {"nvcomp": getattr(nvcomp, "__version__", "?"), "frames": len(rows), "cases": {}}
+    dev = torch.device("cuda", 0)
+    data, offsets = encode_all(rows, h, w)
+    ours = {"bytes_per_frame": float(np.diff(offsets).mean())}
+    d_data, d_off = torch.as_tensor(data).to(dev), torch.as_tensor(offsets).to(dev)
+    for B in batches:
+        M = 3 * B
+        ids = [torch.randint(0, len(rows), (M,), device=dev) for _ in range(8)]
+        dst = torch.empty((M, rows.shape[1]), dtype=torch.uint8, device=dev)
+        decode_lossless(dst, d_data, d_off, ids[0], height=h, width=w)
+        assert np.array_equal(dst.cpu().numpy(), rows[ids[0].cpu().numpy()])
+        ms = []
+        for k in range(20):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            decode_lossless(dst, d_data, d_off, ids[k % 8], height=h, width=w)
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        ours[f"frames_per_s_{M}"] = M / statistics.median(ms) * 1e3
+    out["cases"]["robocache MED + rANS (full decode)"] = ours
+    print("robocache", ours, flush=True)
+    for label, algo, src, kw in (("nvCOMP ANS, MED residuals", "ANS", resid, {}),
+                                 ("nvCOMP GDeflate entropy-only, MED residuals", "GDeflate", resid, {"algorithm_type": 0}),
+                                 ("nvCOMP LZ4, MED residuals", "LZ4", resid, {}),
+                                 ("nvCOMP ANS, raw I420", "ANS", rows, {})):
+        try:
+            codec = nvcomp.Codec(algorithm=algo, **kw)
+            coded = [codec.encode(nvcomp.as_array(cp.asarray(r))) for r in src]
+            r = {"bytes_per_frame": float(np.mean([c.buffer_size for c in coded]))}
+            back = codec.decode(coded[:4])
+            got = np.stack([cp.asnumpy(cp.asarray(x)).view(np.uint8).ravel() for x in back])
+            if not np.array_equal(got, src[:4]):
+                raise RuntimeError("round trip differs")
+            for B in batches:
+                M = 3 * B
+                pick = [np.random.default_rng(k).integers(0, len(src), M) for k in range(8)]
+                ms = []
+                for k in range(22):
+                    batch = [coded[i] for i in pick[k % 8]]
+                    cp.cuda.Device().synchronize()
+                    t = time.perf_counter()
+                    res = codec.decode(batch)
+                    cp.asarray(res[-1])             # the call is asynchronous on the codec's stream
+                    cp.cuda.Device().synchronize()
+                    if k >= 2:
+                        ms.append((time.perf_counter() - t) * 1e3)
+                r[f"frames_per_s_{M}"] = M / statistics.median(ms) * 1e3
+            out["cases"][label] = r
+        except Exception as e:  # noqa: BLE001 (reported: one codec failing leaves the others measured)
+            out["cases"][label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        print(label, out["cases"][label], flush=True)
+    return out
+
+
 def real_rows(frames: int, size):
     """I420 rows of the real arm episodes, spread over 3 files (PyAV, as the host tier decodes them)."""
     from robocache.frames.ingest import ingest_videos
@@ -229,10 +301,23 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", action="store_true", help="the GPU decode and the loader (a CUDA GPU)")
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--set-frames", type=int, default=3_060_000, help="--gpu: camera frames of the set")
+    ap.add_argument("--nvcomp", action="store_true", help="--gpu: nvCOMP's decoders against the tier's, "
+                    "instead of the loader")
+    ap.add_argument("--rows", type=Path, help="--gpu: the 180x320 frames from this .npz (--save-rows), not the videos")
+    ap.add_argument("--save-rows", type=Path, help="write the 180x320 frames as .npz and stop (for a machine "
+                    "without PyAV)")
     a = ap.parse_args(argv)
-    if a.gpu:
+    if a.save_rows:
         rows, h, w = real_rows(a.frames, (180, 320))
-        got = gpu(rows, h, w, a.batches, a.set_frames)
+        np.savez_compressed(a.save_rows, rows=rows, h=h, w=w)
+        return 0
+    if a.gpu:
+        if a.rows:
+            z = np.load(a.rows)
+            rows, h, w = z["rows"], int(z["h"]), int(z["w"])
+        else:
+            rows, h, w = real_rows(a.frames, (180, 320))
+        got = nvcomp_compare(rows, h, w, a.batches) if a.nvcomp else gpu(rows, h, w, a.batches, a.set_frames)
         if a.json:
             Path(a.json).write_text(json.dumps(got, indent=1, default=str))
         return 0

@@ -303,6 +303,49 @@ def decode_bench(dev, qscale: int, batch: int, rounds: int = 30) -> dict:
     return out
 
 
+def layout_bench(dev, qscale: int, batch: int, rounds: int = 30) -> dict:
+    """Issue 32 item 2: the same 3 x ``batch`` camera frames (180x320) decoded by nvJPEG as 3 calls of
+    ``batch`` (one per camera, today's loader), one call of 3 x ``batch``, or ``batch`` atlases (the 3
+    cameras of a timestep stacked into one 540x320 JPEG); camera frames/s and bytes per camera frame."""
+    from robocache._C import decode_jpeg
+    from robocache.frames.jpeg import _library, backend
+    lib = _library()
+    pool = camera_pool(3 * 256, seed=2)
+    Y, C = H * W, ((H + 1) // 2) * ((W + 1) // 2)
+    atlas = np.concatenate([np.concatenate([pool[k::3, :Y] for k in range(3)], 1),        # 3 Y planes stacked
+                            np.concatenate([pool[k::3, Y:Y + C] for k in range(3)], 1),
+                            np.concatenate([pool[k::3, Y + C:] for k in range(3)], 1)], 1)
+    single = pack(encode_all(pool, H, W, qscale))
+    stacked = pack(encode_all(atlas, 3 * H, W, qscale))
+    rng = np.random.default_rng(0)
+    steps = [rng.integers(0, 256, batch).astype(np.int64) for _ in range(rounds)]
+    planes = torch.empty((3 * batch, yuv420_bytes(H, W)), dtype=torch.uint8, device=dev)
+    big = torch.empty((batch, yuv420_bytes(3 * H, W)), dtype=torch.uint8, device=dev)
+
+    def per_camera(ids):
+        for k in range(3):
+            decode_jpeg(*single, 3 * ids + k, planes[k * batch:(k + 1) * batch], height=H, width=W, library=lib)
+
+    def one_call(ids):
+        decode_jpeg(*single, np.concatenate([3 * ids + k for k in range(3)]), planes, height=H, width=W, library=lib)
+
+    def atlases(ids):
+        decode_jpeg(*stacked, ids, big, height=3 * H, width=W, library=lib)
+
+    out = {"backend": backend(dev), "batch": batch, "bytes_per_camera_frame": {
+        "single": single[0].nbytes / len(pool), "atlas": stacked[0].nbytes / len(pool)}}
+    for name, fn in (("per_camera", per_camera), ("one_call", one_call), ("atlas", atlases)):
+        for k in range(3):
+            fn(steps[k])
+        sync()
+        t = time.perf_counter()
+        for ids in steps:
+            fn(ids)
+        sync()
+        out[name + "_frames_per_s"] = 3 * batch * rounds / (time.perf_counter() - t)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the torch DataLoader contender
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import numpy as np
 
-from .._util import cpu_count
 from .._util import torch as _torch
 from ..video.layout import yuv420_bytes
 
@@ -42,28 +41,11 @@ def _take_rows(data, rows: np.ndarray, *, pinned: bool):
     starts = np.flatnonzero(np.diff(rows, prepend=rows[:1] - 2) != 1)    # where a run of +1 steps begins
     ends = np.append(starts[1:], rows.size)
 
-    # pieces of <= 64 MB copied by threads (a copy releases the GIL): the writers fault the fresh pages
-    # in on as many cores, where one thread faulting a 4.4 GB pinned shard in took seconds (4.5 s per
-    # rank on the H200 host, against 1.6 s for the device tier's copy of the same rows)
-    step = max(1, (64 << 20) // max(1, data[:1].numel() * data.element_size()))
-    pieces = [(a, min(a + step, b)) for a0, b in zip(starts.tolist(), ends.tolist()) for a in range(a0, b, step)]
-
     def fill(out):
         out = torch.as_tensor(out)
-
-        def copy(piece):                # rows[a:b] are consecutive: one slice
-            a, b = piece
+        for a, b in zip(starts.tolist(), ends.tolist()):
             r = int(rows[a])
             out[a:b].copy_(data[r:r + (b - a)])
-
-        workers = min(cpu_count(), 16, len(pieces)) if out.device.type == "cpu" else 1   # a GPU copy is one call's work
-        if workers <= 1:
-            for piece in pieces:
-                copy(piece)
-            return
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(copy, pieces))
 
     if pinned:
         from .pinned import pinned_empty

@@ -110,7 +110,7 @@ class Mp4Frames(torch.utils.data.Dataset):
         # sample i (a frame of the anchor stream) -> nearest video frame of its episode
         s, a = ds.streams[IMAGE], ds.streams[ds.anchor]
         self.frame = np.empty(len(self.low), dtype=np.int64)
-        vo, ao = s._offsets_host, a._offsets_host
+        vo, ao = s.offsets_host, a.offsets_host
         vt, at = s.times.cpu().numpy(), a.times.cpu().numpy()
         for e in range(len(ds.episodes)):
             ft, t = vt[vo[e]:vo[e + 1]], at[ao[e]:ao[e + 1]]
@@ -158,7 +158,7 @@ class GpuGather:
         for key, w in windows.items():
             s = ds.streams[w.names[0]]
             start, end = s.offsets[:-1].to(device)[ep], s.offsets[1:].to(device)[ep]
-            anchor_row = start + torch.floor((t - s._ends()[0].to(device)[ep]) * float(w.rate) + 0.5).long()
+            anchor_row = start + torch.floor((t - s.episode_ends()[0].to(device)[ep]) * float(w.rate) + 0.5).long()
             k = {"key": key, "steps": torch.as_tensor(list(w.indices), device=device)[None, :],
                  "rows": torch.stack([anchor_row, start, end - 1], 1),     # [N, 3]: one gather per batch
                  # image streams hold a FrameStore, whose indexing flattens the index: a user of plain
@@ -175,7 +175,7 @@ class GpuGather:
                 k["scale"] = torch.where(width > 0, 1 / width, 0).float().to(device)
             if s.kind == "pointcloud":
                 k["fo"] = s.frame_offsets.to(device)
-                k["nmax"] = int(np.diff(s._frame_offsets_host).max())
+                k["nmax"] = int(np.diff(s.frame_offsets_host).max())
             self.keys.append(k)
 
     def batch(self, B: int, idx=None) -> dict:

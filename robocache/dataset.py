@@ -478,10 +478,10 @@ class Dataset:
         anchor = self.anchor
         assert anchor is not None  # N > 0: there is a stream
         a = self.streams[anchor]
-        e = int(np.searchsorted(a._offsets_host, i, side="right") - 1)
+        e = int(np.searchsorted(a.offsets_host, i, side="right") - 1)
         task = int(self.frame_task_index([e], [float(a.times[i])])[0])
         out = {"episode_index": torch.tensor(self.episodes[e].index),
-               "frame_index": torch.tensor(i - int(a._offsets_host[e])), "timestamp": a.times[i],
+               "frame_index": torch.tensor(i - int(a.offsets_host[e])), "timestamp": a.times[i],
                "index": torch.tensor(i), "task_index": torch.tensor(task),
                "task": self.tasks[task] if task >= 0 else ""}
         idx = torch.tensor([e], dtype=torch.int64, device=self.device)
@@ -489,7 +489,7 @@ class Dataset:
         for name, s in self.streams.items():
             v = self.resample(name, idx, t)[0, 0]
             if s.kind == "pointcloud":
-                fo = s._frame_offsets_host
+                fo = s.frame_offsets_host
                 assert fo is not None  # a point-cloud stream has frame offsets
                 m = int(v)
                 v = s.values[int(fo[m]):int(fo[m + 1])] if s.lengths[e] else s.values[:0]
@@ -520,7 +520,7 @@ class Dataset:
         torch = _torch()
         if not self.streams:
             return torch.zeros(len(self), dtype=torch.float64)
-        firsts, lasts = zip(*(s._ends() for s in self.streams.values()))
+        firsts, lasts = zip(*(s.episode_ends() for s in self.streams.values()))
         first = torch.stack(firsts).nan_to_num(math.inf).amin(0)
         last = torch.stack(lasts).nan_to_num(-math.inf).amax(0)
         return torch.where(last >= first, last - first, torch.zeros_like(first))
@@ -589,7 +589,7 @@ class Dataset:
             return (frames, pad) if return_mask else frames
         values = s.values
         if s.kind == "pointcloud":
-            values = s._frame_index()
+            values = s.frame_ids()
         return _resample(values, s.times, x, mode=mode or s.mode, offsets=s.offsets, index=idx, out=out,
                         return_mask=return_mask, tolerance=tolerance,
                         check=False if dev.type == "cuda" else None)
@@ -599,7 +599,7 @@ class Dataset:
         (mode nearest/previous/next; default the stream's), and ``is_pad [B,T]``: one ragged resample of the
         frame numbers. ``stream.frames.gather(ids)`` then decodes those frames, wherever they live."""
         s = self.streams[name]
-        return _resample(s._frame_index(), s.times, new_times, mode=mode or s.mode, offsets=s.offsets,
+        return _resample(s.frame_ids(), s.times, new_times, mode=mode or s.mode, offsets=s.offsets,
                          index=episode_index, return_mask=True, tolerance=tolerance,
                          check=False if self.device.type == "cuda" else None)
 
@@ -650,7 +650,7 @@ class Dataset:
                 f"device {self.device})")
 
     def __repr__(self) -> str:
-        rows = [s._summary() for s in self.streams.values()]
+        rows = [s.summary() for s in self.streams.values()]
         if not rows:
             return self._header()
         cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
@@ -675,7 +675,7 @@ class Dataset:
         cols = ("name", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
                 "storage")
         head = "".join(f"<th>{c}</th>" for c in _COLUMN_HEADS)
-        body = "".join("<tr>" + "".join(f"<td>{esc(s._summary()[c])}</td>" for c in cols) + "</tr>"
+        body = "".join("<tr>" + "".join(f"<td>{esc(s.summary()[c])}</td>" for c in cols) + "</tr>"
                        for s in self.streams.values())
         totals = (("episode" if len(self) == 1 else "episodes", len(self)),
                   ("frame" if self.num_frames == 1 else "frames", self.num_frames),
@@ -688,9 +688,9 @@ class Dataset:
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
-#: the column titles of Dataset's repr and _repr_html_, in _summary's order
+#: the column titles of Dataset's repr and _repr_html_, in Stream.summary's order
 
-#: the column titles of Dataset's repr and _repr_html_, in Stream._summary's order
+#: the column titles of Dataset's repr and _repr_html_, in Stream.summary's order
 _COLUMN_HEADS = ("stream", "kind", "dtype", "shape", "mode", "rate", "samples", "episodes", "duration", "memory",
                  "storage")
 

@@ -147,7 +147,7 @@ class FramePlan(Plan):
         # where the store stages frames on the host (from the file, or their bitstreams to nvJPEG), the
         # host computes which ones without reading the GPU: the stream's times and episode offsets
         self.host_work = s.frames.host_staged
-        self._host = (s.times.cpu().numpy(), s._offsets_host, np.asarray(offs)) if self.host_work else None
+        self._host = (s.times.cpu().numpy(), s.offsets_host, np.asarray(offs)) if self.host_work else None
 
     def run(self, ds: Dataset, episodes, new_times, out: dict, host: HostSamples | None = None) -> None:
         store: Any = ds.streams[self.names[0]].frames
@@ -184,7 +184,7 @@ class CloudPlan(Plan):
                                  f"got {m!r}")
         s = streams[0]
         self.voxel = self._probe(dict(w.voxel or {}), s)
-        sizes = np.diff(s._frame_offsets_host)
+        sizes = np.diff(s.frame_offsets_host)
         # (frame_offsets [M+1], frames per episode [E], max points per frame): the block's size is fixed
         # here, so a batch needs no host sync
         self.cloud = (s.frame_offsets, s.offsets[1:] - s.offsets[:-1], int(sizes.max()) if sizes.size else 0)

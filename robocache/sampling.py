@@ -38,7 +38,7 @@ def _grid(ds: Dataset, names: list[str], rate: float):
     torch = _torch()
     if not math.isfinite(rate) or rate <= 0:
         raise ValueError(f"rate must be a positive number of Hz, got {rate!r}")
-    ends = [ds.streams[n]._ends() for n in names]
+    ends = [ds.streams[n].episode_ends() for n in names]
     first = torch.stack([f for f, _ in ends]).nan_to_num(math.inf).amin(0).cpu().numpy()
     last = torch.stack([l for _, l in ends]).nan_to_num(-math.inf).amax(0).cpu().numpy()
     has = last >= first

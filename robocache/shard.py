@@ -118,7 +118,7 @@ def _episode_weights(ds, counts: np.ndarray) -> np.ndarray:
     image = [s for s in ds.streams.values() if s.frames is not None]
     if not image:
         return np.asarray(counts, np.int64)
-    return sum(s.frames.episode_bytes(s._offsets_host) for s in image)
+    return sum(s.frames.episode_bytes(s.offsets_host) for s in image)
 
 
 

@@ -117,8 +117,8 @@ class Stream:
         self.nominal_rate = float(nominal_rate) if nominal_rate is not None else None
         self.vocab = list(vocab) if vocab is not None else None
         # host mirror of the offsets: episode slicing and metadata never read the device
-        self._offsets_host = offsets.cpu().numpy()
-        self._frame_offsets_host = frame_offsets.cpu().numpy() if frame_offsets is not None else None
+        self.offsets_host = offsets.cpu().numpy()
+        self.frame_offsets_host = frame_offsets.cpu().numpy() if frame_offsets is not None else None
         self._cache: dict[str, Any] = {}
         # a subset's or a copy's statistics are those of the stream it came from, computed there
         # when first asked for (a shard's construction then costs the bytes it keeps, not a pass
@@ -148,7 +148,7 @@ class Stream:
 
     @property
     def num_episodes(self) -> int:
-        return len(self._offsets_host) - 1
+        return len(self.offsets_host) - 1
 
     @property
     def num_samples(self) -> int:
@@ -158,7 +158,7 @@ class Stream:
     @property
     def lengths(self) -> np.ndarray:
         """Samples (frames) per episode, int64 numpy ``[E]`` (host mirror of ``offsets``)."""
-        return np.diff(self._offsets_host)
+        return np.diff(self.offsets_host)
 
     @property
     def nbytes(self) -> int:
@@ -170,7 +170,7 @@ class Stream:
 
     # --- time ----------------------------------------------------------------------------
 
-    def _ends(self):
+    def episode_ends(self):
         """(first, last) time per episode, float64 ``[E]`` on the device, NaN when empty."""
         if "ends" not in self._cache:
             torch = _torch()
@@ -190,7 +190,7 @@ class Stream:
     def durations(self):
         """Per-episode ``t_last - t_first`` in seconds, float64 tensor ``[E]`` on the device
         (0 for empty and one-sample episodes)."""
-        first, last = self._ends()
+        first, last = self.episode_ends()
         return (last - first).nan_to_num(0.0)
 
     @property
@@ -210,7 +210,7 @@ class Stream:
             if t.shape[0] >= 2:
                 d = t[1:] - t[:-1]
                 inner = torch.ones_like(d, dtype=torch.bool)
-                starts = torch.from_numpy(self._offsets_host[1:-1]).to(self.device)
+                starts = torch.from_numpy(self.offsets_host[1:-1]).to(self.device)
                 starts = starts[(starts >= 1) & (starts <= d.shape[0])]
                 inner[starts - 1] = False  # interval ending at an episode's first sample
                 d = d[inner & (d > 0)]
@@ -286,10 +286,10 @@ class Stream:
     def episode(self, e: int):
         """``(values, times)`` of episode e as views of the storage (no copy). Point clouds
         give ``(PointClouds(points, offsets), times)`` with episode-local frame offsets."""
-        a, b = int(self._offsets_host[e]), int(self._offsets_host[e + 1])
+        a, b = int(self.offsets_host[e]), int(self.offsets_host[e + 1])
         if self.kind != "pointcloud":
             return self.values[a:b], self.times[a:b]
-        fo, fo_host = self.frame_offsets, self._frame_offsets_host
+        fo, fo_host = self.frame_offsets, self.frame_offsets_host
         assert fo_host is not None  # a point-cloud stream always has them (mypy cannot know the kind)
         p0, p1 = int(fo_host[a]), int(fo_host[b])
         return PointClouds(self.values[p0:p1], fo[a:b + 1] - p0), self.times[a:b]
@@ -318,7 +318,7 @@ class Stream:
         subset holds the full stream until then)."""
         torch = _torch()
         eps = np.asarray(episodes, dtype=np.int64).reshape(-1)
-        off = self._offsets_host
+        off = self.offsets_host
         lengths = off[eps + 1] - off[eps]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         rows = _ranges(off[eps], lengths)                            # sample (frame) indices kept
@@ -326,7 +326,7 @@ class Stream:
         times = self.times[put(rows)]
         frame_offsets, values = None, None
         if self.kind == "pointcloud":
-            fo = self._frame_offsets_host
+            fo = self.frame_offsets_host
             assert fo is not None  # as in episode()
             sizes = fo[rows + 1] - fo[rows]
             frame_offsets = put(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
@@ -342,7 +342,7 @@ class Stream:
         s._cache["rate"] = self.rate
         return s
 
-    def _frame_index(self):
+    def frame_ids(self):
         """``arange(num_samples)`` int64 on the device (cached): resampled, it picks frames."""
         ids = self._cache.get("frame_ids")
         if ids is None:
@@ -355,7 +355,7 @@ class Stream:
             return "[P," + ",".join(map(str, self.shape)) + "]"
         return "[" + ",".join(map(str, self.shape)) + "]"
 
-    def _summary(self) -> dict:
+    def summary(self) -> dict:
         return {"name": self.name, "kind": self.kind, "dtype": dtype_name(self.dtype), "shape": self._shape_text(),
                 "mode": self.mode, "rate": fmt_rate(self.rate), "samples": self.num_samples,
                 "episodes": f"{int((self.lengths > 0).sum())}/{self.num_episodes} ep",
@@ -371,7 +371,7 @@ class Stream:
         return f"{tier}, {f.format}"
 
     def __repr__(self) -> str:
-        s = self._summary()
+        s = self.summary()
         n = f", {self.values.shape[0]} points" if self.kind == "pointcloud" else ""
         return (f"Stream({s['name']!r}, {s['kind']} {s['dtype']} {s['shape']}, mode {s['mode']}, {s['rate']}, "
                 f"{s['samples']} samples{n}, {s['episodes']}, {s['duration']}, "

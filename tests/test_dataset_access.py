@@ -95,7 +95,7 @@ def test_getitem_is_a_frame_of_the_anchor_stream(rng):
     joints = ds.streams["joints"]
     N = ds.num_frames
     assert N == joints.num_samples == len(ds.frames_view)
-    off = joints._offsets_host
+    off = joints.offsets_host
     for i in [0, 1, int(off[1]) - 1, int(off[1]), N - 1, -1, -N]:
         f = ds[i]
         g = i % N

@@ -479,7 +479,7 @@ def test_shard_episodes_balances_compressed_bytes(rng, world):
     store = FrameStore.create(np.concatenate(rows), format="yuv420", height=H, width=W, tier="compressed",
                               device="cpu", qscale=2)
     ds = robocache.Dataset.from_episodes(eps, device="cpu", frames={"cam": (store, ctimes)})
-    per_ep = store.episode_bytes(ds.streams["cam"]._offsets_host)
+    per_ep = store.episode_bytes(ds.streams["cam"].offsets_host)
     assert per_ep.sum() == store.offsets[-1] and per_ep[1] * 3 < per_ep[0]
     w = {"cam": Window("cam", offsets=[0.0]), "state": Window("state", offsets=[0.0])}
     loaders = [DataLoader(ds, 2, shuffle=True, windows=w, rank=r, world_size=world, shard_episodes=True, seed=1)
@@ -494,7 +494,7 @@ def test_shard_episodes_balances_compressed_bytes(rng, world):
         # a compressed store in RAM is copied down to the rank's own bitstreams
         assert ld.dataset.streams["cam"].frames.data.nbytes == int(per_ep[h].sum())
         assert int(ld.dataset.streams["cam"].frames.episode_bytes(
-            ld.dataset.streams["cam"]._offsets_host).sum()) == int(per_ep[h].sum())
+            ld.dataset.streams["cam"].offsets_host).sum()) == int(per_ep[h].sum())
         assert len({len(x) for x in loaders}) == 1 and sum(1 for _ in ld) == len(ld)
 
 

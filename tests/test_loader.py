@@ -511,7 +511,7 @@ def test_groot_state_and_action_chunk(groot):
         "action": Window("action", indices=range(16), rate=20)})
     assert loader.num_samples == 2096
     st, ac = groot.streams["observation.state"], groot.streams["action"]
-    off = st._offsets_host
+    off = st.offsets_host
     order = loader.order(0).numpy()
     pads = 0
     for k, batch in enumerate(loader):

@@ -97,7 +97,7 @@ class _Key:
         self.values = (np.concatenate([c.cpu().numpy() for c in s.frames.chunks()]) if s.frames is not None
                        else s.values.cpu().numpy())
         self.times = s.times.cpu().numpy()
-        self.starts = s._offsets_host
+        self.starts = s.offsets_host
         self.layout = w.layout or "BTHWC"
         self.center = self.scale = None
         self.clip = w.normalize == "q01_q99"
@@ -129,7 +129,7 @@ class _Key:
             dt = v.get("dtype") or (torch.int32 if mode == "count" else torch.float32)
             self.cloud = (grid, np.broadcast_to(np.asarray(v["voxel_size"], np.float64), (3,)),
                           np.asarray(v["origin"], np.float64), mode, torch.empty(0, dtype=dt).numpy().dtype,
-                          s._frame_offsets_host)
+                          s.frame_offsets_host)
 
     def __call__(self, e: int, anchor: float, out: dict) -> None:
         x = anchor + self.offsets                                   # [T] float64, as robocache adds

@@ -127,8 +127,8 @@ def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
         view.zero_()
         return
     rows = h.copy()
-    if store._host_rows is not None:
-        rows[keep] = store._host_rows[h[keep]]
+    if store.host_rows is not None:
+        rows[keep] = store.host_rows[h[keep]]
     check_sampled(store, rows[keep])
     # padded steps decode a real frame too (gather writes zeros for them): the batch's decode
     # count stays fixed, and nvJPEG re-initializes its batched state only when that count changes

@@ -98,7 +98,7 @@ def _gather_cpu(store, view, ids, kw) -> None:
     """The C reference decoder into planes, then the batch."""
     import torch
     from .._C import decode_lossless, gather_frames
-    sid = store._storage_ids(ids).cpu().numpy()            # < 0: padding, skipped by the decoder
+    sid = store.storage_ids(ids).cpu().numpy()            # < 0: padding, skipped by the decoder
     planes = np.empty((len(sid), store.yuv_bytes), np.uint8)
     decode_lossless(planes, store.data, store.offsets, sid, height=store.height, width=store.width)
     local = np.where(sid >= 0, np.arange(len(sid)), -1)
@@ -110,7 +110,7 @@ def _gather_pinned(store, view, ids, kw) -> None:
     import torch
     from .._C import decode_lossless, gather_frames
     src, dev, M = store.gpu, store.device, len(view)
-    sid = store._storage_ids(ids)
+    sid = store.storage_ids(ids)
     planes = torch.empty((M, store.yuv_bytes), dtype=torch.uint8, device=dev)
     scratch = torch.empty((M, src.max_bytes), dtype=torch.uint8, device=dev)
     decode_lossless(planes, src.data, src.offsets, sid, height=store.height, width=store.width, scratch=scratch)
@@ -125,8 +125,8 @@ def _gather_staged(store, view, ids, host_ids, kw) -> None:
     h = np.asarray(ids.cpu() if host_ids is None else host_ids, dtype=np.int64).reshape(-1)
     keep = h >= 0
     rows = h[keep]
-    if store._host_rows is not None:
-        rows = store._host_rows[rows]
+    if store.host_rows is not None:
+        rows = store.host_rows[rows]
     starts, ends = store.offsets[rows], store.offsets[rows + 1]
     local_off = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(ends - starts, out=local_off[1:])

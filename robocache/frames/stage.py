@@ -40,13 +40,13 @@ def gather_disk(store, view, ids, scale, host_ids=None):
     kw = dict(format=store.format, height=store.height, width=store.width, channels=store.channels,
               matrix=store.matrix, full_range=store.full_range, scale=scale)
     if store.device.type != "cuda":
-        _gather_frames(store.data, store._storage_ids(ids), view, **kw)
+        _gather_frames(store.data, store.storage_ids(ids), view, **kw)
         return
     h = np.asarray(ids.cpu() if host_ids is None else host_ids, dtype=np.int64).reshape(-1)
     keep = h >= 0
     rows = h[keep]
-    if store._host_rows is not None:
-        rows = store._host_rows[rows]
+    if store.host_rows is not None:
+        rows = store.host_rows[rows]
     uniq, inverse = np.unique(rows, return_inverse=True)
     src = store.data.numpy()
     staging = torch.empty((len(uniq),) + tuple(store.data.shape[1:]), dtype=store.data.dtype, pin_memory=True)

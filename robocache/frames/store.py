@@ -101,7 +101,7 @@ class FrameStore:
         self.offsets, self.qscale, self.origin = offsets, qscale, origin
         if (format in SPANS) != (offsets is not None):
             raise ValueError(f"formats {SPANS} (and only they) take offsets")
-        self._host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
+        self.host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
         self.gpu = None   # lossless on a GPU: its bytes pinned, offsets on the device (lossless.GpuSource)
         if format == "lossless" and self.device.type == "cuda":
             from .lossless import gpu_source
@@ -223,8 +223,8 @@ class FrameStore:
         if self.format not in SPANS:
             return np.diff(offsets) * self.frame_bytes
         sizes = np.diff(self.offsets)
-        if self._host_rows is not None:
-            sizes = sizes[self._host_rows]
+        if self.host_rows is not None:
+            sizes = sizes[self.host_rows]
         per_frame = np.concatenate([[0], np.cumsum(sizes)])
         return per_frame[offsets[1:]] - per_frame[offsets[:-1]]
 
@@ -235,7 +235,7 @@ class FrameStore:
 
     # --- gather --------------------------------------------------------------------------
 
-    def _storage_ids(self, ids):
+    def storage_ids(self, ids):
         """Subset row map applied on the device (negative ids stay negative: zero frames)."""
         if self.rows is None:
             return ids
@@ -287,7 +287,7 @@ class FrameStore:
             from .stage import gather_disk
             return gather_disk(self, view, ids, scale, host_ids)
         from .._C import gather_frames
-        gather_frames(self.data, self._storage_ids(ids), view, format=self.format, height=self.height,
+        gather_frames(self.data, self.storage_ids(ids), view, format=self.format, height=self.height,
                        width=self.width, channels=self.channels, matrix=self.matrix, full_range=self.full_range,
                        scale=scale)
 
@@ -320,8 +320,8 @@ class FrameStore:
         them into the same tier; a disk-tier store keeps its file and a row map."""
         torch = _torch()
         rows = np.asarray(rows, dtype=np.int64)
-        if self._host_rows is not None:
-            rows = self._host_rows[rows]
+        if self.host_rows is not None:
+            rows = self.host_rows[rows]
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   device=self.device, matrix=self.matrix, full_range=self.full_range)
         if self.format in SPANS and not isinstance(self.data, np.memmap):

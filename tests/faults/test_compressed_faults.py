@@ -72,7 +72,7 @@ def _damage(store, row: int, how: str = "flip") -> None:
 def _unsampled_row(ds) -> tuple[int, int, int]:
     """(storage row, episode, frame in the episode) of a frame the entry's checksum does not read:
     neither first, middle nor last of its episode (fcache.sample_rows)."""
-    counts = np.diff(ds.streams[CAM]._offsets_host)
+    counts = np.diff(ds.streams[CAM].offsets_host)
     sampled = set(fcache.sample_rows(counts))
     e = 1
     first = int(counts[:e].sum())

@@ -10,6 +10,9 @@
 #   bash tools/gpu_session.sh multi     # on a 4-GPU kind: the NUMA/PCIe layout, the multi-GPU tests (NCCL
 #                                       # elastic resume 2->3, 3->1; 2 nodes x 2 GPUs), bench_multi_gpu.py at
 #                                       # 1, 2, 4 ranks with pinned frames on the GPU's node and without
+#   bash tools/gpu_session.sh lossless  # one H100: bench_scale.py --tiers lossless (the DROID-shaped set,
+#                                       # ~4 min), nvCOMP against the tier's decoder (needs nvcomp wheels in
+#                                       # $WHEELS), the JPEG decode layouts (per camera, one call, atlas)
 #
 # Logs and JSON go to $OUT (the device tool's folder that comes back; default /tmp/robocache-gpu).
 # Wheels the machine lacks (PyAV, nvidia-ml-py) are installed from $WHEELS (a carried folder of
@@ -19,7 +22,7 @@
 # an old .cu: setup.py's depends now list cuda/*.cu, this is the belt to those braces).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi}
+part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi|lossless}
 out=${OUT:-/tmp/robocache-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -63,13 +66,22 @@ multi)
         2>&1 | tee "$out/topology.txt"
     python3 -m pytest -m cuda -q -p no:cacheprovider -rs tests/test_distributed.py 2>&1 | tee "$out/multi-tests.txt"
     for numa in 1 0; do
-        ROBOCACHE_PIN_NUMA=$numa python3 benchmarks/bench_multi_gpu.py --tiers "${MULTI_TIERS:-host,device}" \
+        ROBOCACHE_PIN_NUMA=$numa python3 benchmarks/bench_multi_gpu.py --tiers "${MULTI_TIERS:-host,device,lossless}" \
             --batches 60 --episodes-per-rank 4 --json "$out/bench_multi_gpu_numa$numa.json" 2>&1 \
             | tee "$out/bench_multi_gpu_numa$numa.txt"
     done
     ;;
+lossless)
+    python3 benchmarks/bench_scale.py --tiers lossless --skip decode host --policies groot small --mp4-episodes 16 \
+        --json "$out/bench_scale_lossless.json" 2>&1 | tail -20 | tee "$out/bench_scale_lossless.txt"
+    python3 benchmarks/bench_lossless.py --gpu --nvcomp --json "$out/nvcomp.json" 2>&1 | tee "$out/nvcomp.txt"
+    for b in hardware gpu_hybrid; do
+        ROBOCACHE_NVJPEG_BACKEND=$b python3 -c "import sys, json, torch; sys.path.insert(0, 'benchmarks'); \
+import bench_scale as s; print(json.dumps(s.layout_bench(torch.device('cuda', 0), 2, 64)))" 2>&1 | tee -a "$out/layouts.txt"
+    done
+    ;;
 *)
-    echo "unknown part $part (tests, scale, tiers, v30, multi)"
+    echo "unknown part $part (tests, scale, tiers, v30, multi, lossless)"
     exit 2
     ;;
 esac

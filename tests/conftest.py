@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,6 +176,15 @@ def cr5_v30(DATA):
 @pytest.fixture(scope="module")
 def pusht(DATA):
     yield from unchanged(DATA, "pusht_cchi_v7_replay.zarr", "PushT")
+
+
+@pytest.fixture
+def pusht_copy(pusht, tmp_path):
+    """A copy of the PushT zarr store without its 30 MB image array, for tests that damage files."""
+    pytest.importorskip("zarr")
+    dst = tmp_path / "pusht.zarr"
+    shutil.copytree(pusht, dst, ignore=lambda d, names: ["img"] if d.endswith("data") else [])
+    return dst
 
 
 @pytest.fixture(scope="module")

@@ -20,3 +20,9 @@ def write_noise_h264(path: str, frames: int, rng: np.random.Generator, height: i
         for pkt in s.encode():
             c.mux(pkt)
     return path
+
+
+def write_noise_clips(root, frames, rng: np.random.Generator, name: str = "c") -> list[str]:
+    """One noise clip per entry of ``frames`` (its frame count) in the folder ``root``, named ``{name}{i}.mp4``,
+    32x48, drawn from ``rng`` in turn: the paths."""
+    return [write_noise_h264(str(root / f"{name}{i}.mp4"), n, rng) for i, n in enumerate(frames)]

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames.ingest import ingest_videos  # noqa: E402
-from noise_clips import write_noise_h264
+from noise_clips import write_noise_clips
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 
@@ -24,14 +24,7 @@ pytestmark = pytest.mark.usefixtures("cache_env")
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     """Four small H.264 files, 6 frames of 32x48 noise each (one entry each: about 14 KiB)."""
-    root = tmp_path_factory.mktemp("cap-clips")
-    rng = np.random.default_rng(5)
-    paths = []
-    for i in range(4):
-        p = str(root / f"cam_{i}.mp4")
-        write_noise_h264(p, 6, rng, height=32, width=48)
-        paths.append(p)
-    return paths
+    return write_noise_clips(tmp_path_factory.mktemp("cap-clips"), (6,) * 4, np.random.default_rng(5), "cam_")
 
 
 def load(path, **kw) -> str:

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from robocache.__main__ import main  # noqa: E402
 from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames.ingest import ingest_videos  # noqa: E402
-from noise_clips import write_noise_h264
+from noise_clips import write_noise_clips
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 REPO = Path(__file__).resolve().parents[1]
@@ -32,14 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     """Three small H.264 files (episodes), 6 frames of 32x48 noise each."""
-    root = tmp_path_factory.mktemp("clear-clips")
-    rng = np.random.default_rng(7)
-    paths = []
-    for i in range(3):
-        p = str(root / f"ep_{i}.mp4")
-        write_noise_h264(p, 6, rng, height=32, width=48)
-        paths.append(p)
-    return paths
+    return write_noise_clips(tmp_path_factory.mktemp("clear-clips"), (6,) * 3, np.random.default_rng(7), "ep_")
 
 
 def files(cache_env) -> list[str]:

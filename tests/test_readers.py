@@ -526,14 +526,6 @@ def test_truncated_hdf5(tmp_path, rng):
         read_robomimic(tmp_path / "nothere.hdf5")
 
 
-@pytest.fixture
-def pusht_copy(pusht, tmp_path):
-    pytest.importorskip("zarr")
-    dst = tmp_path / "pusht.zarr"
-    shutil.copytree(pusht, dst, ignore=lambda d, names: ["img"] if d.endswith("data") else [])
-    return dst
-
-
 @pytest.mark.parametrize("fast", [True, False])
 def test_corrupt_zarr_chunk(pusht_copy, fast):
     p = pusht_copy / "data/state/40.0"

@@ -20,7 +20,7 @@ from robocache.frames import processes as rc_processes  # noqa: E402
 from robocache.frames import writes as rc_writes  # noqa: E402
 from robocache.frames.ingest import cached_layout, ingest_videos  # noqa: E402
 from robocache.frames.videos import load_videos  # noqa: E402
-from noise_clips import write_noise_h264
+from noise_clips import write_noise_clips
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 
@@ -29,13 +29,7 @@ pytestmark = pytest.mark.usefixtures("cache_env")
 def clips(tmp_path_factory):
     """Three small H.264 files (5, 8, 6 frames of 32x48 noise)."""
     root = tmp_path_factory.mktemp("cache-clips")
-    rng = np.random.default_rng(3)
-    paths = []
-    for i, n in enumerate((5, 8, 6)):
-        p = str(root / f"c{i}.mp4")
-        write_noise_h264(p, n, rng, height=32, width=48)
-        paths.append(p)
-    return paths
+    return write_noise_clips(root, (5, 8, 6), np.random.default_rng(3))
 
 
 @pytest.fixture

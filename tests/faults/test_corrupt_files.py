@@ -213,14 +213,6 @@ def test_robomimic_damaged_chunk(tmp_path, compression, fletcher32, rng):
 # zarr (PushT copy without the 30 MB image array)
 
 
-@pytest.fixture
-def pusht_copy(pusht, tmp_path):
-    pytest.importorskip("zarr")
-    dst = tmp_path / "pusht.zarr"
-    shutil.copytree(pusht, dst, ignore=lambda d, names: ["img"] if d.endswith("data") else [])
-    return dst
-
-
 ZARR = [("data/state/40.0", "empty", r"data/state(/40\.0: cannot decode chunk 40|: cannot read chunk 40)"),
         ("data/state/40.0", "garbage", r"data/state(/40\.0: cannot decode chunk 40|: cannot read chunk 40)"),
         ("data/state/159.0", "truncated", r"data/state(/159\.0: cannot decode chunk 159|: cannot read chunk 159)"),

@@ -404,29 +404,58 @@ class PyAVSamples(torch.utils.data.Dataset):
 # ---------------------------------------------------------------------------------------------
 
 
-def compressed_part(args, dev, pdata, poff, eps, times, res, save):
-    """The set in the compressed (JPEG) tier: samples/s per nvJPEG backend at --batch and 4x, and the step
-    costs. Returns a fixed batch (for the paired step costs) and the loaders (kept for the host part)."""
-    t = time.perf_counter()
+def jpeg_stores(pool, pdata, poff, E: int, layout: str, qscale: int, dev) -> dict:
+    """{camera: FrameStore} of E episodes in the compressed tier. ``per_camera``: each camera's frames
+    its own JPEGs (camera k: runs of the pool's bitstreams from its own random starts); ``atlas``: the
+    cameras of a timestep one JPEG (robocache.frames.atlas), camera k showing pool frame (i + k * P/3) mod P
+    in atlas i of the pool, the atlas pool laid out the same way."""
+    if layout == "per_camera":
+        stores = {}
+        for k, c in enumerate(CAMS):
+            data, offsets = replicate(pdata, poff, E, seed=k)
+            stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed",
+                                   device=dev, matrix="bt601", offsets=offsets, qscale=qscale)
+        return stores
+    from robocache.frames import atlas
+    P, lay = len(pool), atlas.AtlasLayout(len(CAMS), H, W)
+    composed = lay.compose([pool[(np.arange(P) + k * (P // len(CAMS))) % P] for k in range(len(CAMS))])
+    adata, aoff = pack(encode_all(composed, lay.atlas_height, W, qscale))
+    data, offsets = replicate(adata, aoff, E, seed=0)
+    return atlas.stores(data, offsets, CAMS, height=H, width=W, device=dev, qscale=qscale)
+
+
+def compressed_part(args, dev, pool, pdata, poff, eps, times, res, save):
+    """The set in the compressed (JPEG) tier, in each --jpeg-layout: samples/s per nvJPEG backend at
+    --batch and 4x, and the step costs. Returns a fixed batch (for the paired step costs) and the loaders
+    (kept for the host part)."""
     E, B = len(eps), args.batch
-    stores = {}
-    for k, c in enumerate(CAMS):
-        data, offsets = replicate(pdata, poff, E, seed=k)
-        stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed", device=dev,
-                               matrix="bt601", offsets=offsets, qscale=args.qscale)
-    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (s, times) for c, s in stores.items()})
-    res["set"] = {"episodes": E, "camera_frames": E * EP_LEN * len(CAMS), "samples": E * EP_LEN,
-                  "rgb_gb": E * EP_LEN * len(CAMS) * H * W * 3 / 1e9,
-                  "compressed_gb": sum(s.nbytes for s in stores.values()) / 1e9,
-                  "build_s": time.perf_counter() - t, "host_rss_gb": rss_gb(),
-                  "gpu_allocated_gb": torch.cuda.memory_allocated(dev) / 1e9}
-    print(ds, flush=True)
-    save()
     fixed_batch, loaders = None, {}
-    res["robocache_compressed"] = {}
-    for name in args.backends:
+    res["robocache_compressed"], res["set"] = {}, {}
+    for layout in args.jpeg_layout:
+        loaders = {}
+        gc.collect()
+        t = time.perf_counter()
+        stores = jpeg_stores(pool, pdata, poff, E, layout, args.qscale, dev)
+        ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (s, times) for c, s in stores.items()})
+        res["set"][layout] = {"episodes": E, "camera_frames": E * EP_LEN * len(CAMS), "samples": E * EP_LEN,
+                              "rgb_gb": E * EP_LEN * len(CAMS) * H * W * 3 / 1e9,
+                              "compressed_gb": sum(s.nbytes for s in stores.values()) / 1e9,
+                              "bytes_per_camera_frame": sum(s.nbytes for s in stores.values()) / (E * EP_LEN * len(CAMS)),
+                              "build_s": time.perf_counter() - t, "host_rss_gb": rss_gb(),
+                              "gpu_allocated_gb": torch.cuda.memory_allocated(dev) / 1e9}
+        print(layout, ds, flush=True)
+        save()
+        fixed_batch, loaders = _compressed_rates(args, dev, ds, layout, fixed_batch, res, save)
+        stores = ds = None
+    return fixed_batch, loaders
+
+
+def _compressed_rates(args, dev, ds, layout, fixed_batch, res, save):
+    B, loaders = args.batch, {}
+    for backend_name in args.backends:
+        name = f"{layout}:{backend_name}"
         # read at each batch; each backend keeps its own decoder (robocache.frames.jpeg.backend_choice)
-        os.environ["ROBOCACHE_NVJPEG_BACKEND"] = name
+        os.environ["ROBOCACHE_NVJPEG_BACKEND"] = backend_name
         loader = robocache.DataLoader(ds, B, shuffle=True, seed=0, windows=windows(), drop_last=True)
         torch.cuda.reset_peak_memory_stats(dev)
         r = rate(lambda: iter(loader), B, 300, 5, dev)
@@ -523,17 +552,14 @@ def smoke() -> int:
     assert q["psnr_db"] > 30, q
     pdata, poff = pack(encode_all(pool, H, W, 2))
     E, rng = 2, np.random.default_rng(0)
-    stores = {}
-    for k, c in enumerate(CAMS):
-        data, offsets = replicate(pdata, poff, E, seed=k)
-        stores[c] = FrameStore(data, format="jpeg", height=H, width=W, channels=3, tier="compressed", device=dev,
-                               matrix="bt601", offsets=offsets, qscale=2)
     times, eps = [np.arange(EP_LEN) / FPS] * E, lowdim(E, rng)
-    ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (st, times) for c, st in stores.items()})
-    loader = robocache.DataLoader(ds, 4, shuffle=True, seed=0, windows=windows(), drop_last=True)
-    r = rate(lambda: iter(loader), 4, 2, 1, dev)
-    batch = next(iter(loader))
-    assert batch[CAMS[0]].shape == (4, 1, 3, H, W), batch[CAMS[0]].shape
+    for layout in ("atlas", "per_camera"):
+        stores = jpeg_stores(pool, pdata, poff, E, layout, 2, dev)
+        ds = robocache.Dataset.from_episodes(eps, device=dev, frames={c: (st, times) for c, st in stores.items()})
+        loader = robocache.DataLoader(ds, 4, shuffle=True, seed=0, windows=windows(), drop_last=True)
+        r = rate(lambda: iter(loader), 4, 2, 1, dev)
+        batch = next(iter(loader))
+        assert batch[CAMS[0]].shape == (4, 1, 3, H, W), batch[CAMS[0]].shape
     from robocache.frames.lossless import encode_all as encode_lossless
     ldata, loff = encode_lossless(pool, H, W)
     lstores = {}
@@ -582,6 +608,8 @@ def main(argv=None) -> int:
                     help="policies whose step cost is measured")
     ap.add_argument("--tiers", nargs="+", default=["compressed", "lossless"], choices=["compressed", "lossless"],
                     help="frame tiers of the DROID-shaped set measured (each built, timed, then freed)")
+    ap.add_argument("--jpeg-layout", nargs="+", default=["atlas", "per_camera"], choices=["atlas", "per_camera"],
+                    help="the compressed tier's layouts measured: the 3 cameras of a timestep one JPEG, or one each")
     ap.add_argument("--lossless-pool", choices=["real", "generated"], default=None,
                     help="frames the lossless set is laid out from (default: real when ROBOCACHE_DATA has them)")
     ap.add_argument("--decode-only", action="store_true")
@@ -629,7 +657,7 @@ def main(argv=None) -> int:
     res["step"] = {p: {} for p in args.policies}
     pdata, poff = pack(encode_all(pool, H, W, args.qscale))
     if "compressed" in args.tiers:
-        fixed_batch, loaders = compressed_part(args, dev, pdata, poff, eps, times, res, save)
+        fixed_batch, loaders = compressed_part(args, dev, pool, pdata, poff, eps, times, res, save)
     if "lossless" in args.tiers:
         loaders = None      # the compressed set freed before the lossless one is laid out
         gc.collect()
@@ -683,6 +711,19 @@ def main(argv=None) -> int:
                                "cores": os.cpu_count(),
                                "projected_cold_hours_for_set": camera_frames / cold.frames_per_s / 3600}
         print("ingest", tier, res["ingest"][tier], flush=True)
+        save()
+    if "compressed" in args.tiers and "atlas" in args.jpeg_layout:
+        from robocache.frames.compress import ingest_atlas
+        from robocache.video import probe_sources
+        cams = [[ps[k] for ps in mp4s] for k in range(len(CAMS))]
+        spec, counts, _ = probe_sources(cams[0], backend="pyav")
+        cold = ingest_atlas(cams, qscale=args.qscale, spec=spec, counts=counts, show_progress=False)
+        warm = ingest_atlas(cams, qscale=args.qscale, spec=spec, counts=counts, show_progress=False)
+        res["ingest"]["compressed_atlas"] = {
+            "camera_frames": (len(cold.offsets) - 1) * len(CAMS), "bytes": int(cold.offsets[-1]),
+            "cold_frames_per_s": cold.frames_per_s, "cache_frames_per_s": warm.frames_per_s, "cores": os.cpu_count(),
+            "projected_cold_hours_for_set": camera_frames / cold.frames_per_s / 3600}
+        print("ingest atlas", res["ingest"]["compressed_atlas"], flush=True)
         save()
 
     # ---- the host tier on a subset that fits ------------------------------------------------------

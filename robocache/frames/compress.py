@@ -26,6 +26,7 @@ from . import cache as _cache
 from . import reuse
 from .ingest import cache_options, file_rates, offsets_of, split_times
 from .jpeg import check_qscale, encode_sealed, pack
+from .atlas import AtlasLayout, code_atlas
 from .jpeg_check import CHECK, FrameOrigin, damaged_rows
 from .lossless import encode_rows as encode_lossless_rows
 from .pinned import file_pages
@@ -58,6 +59,7 @@ class Compressed:
     checksum: str | None = None
     checked: bool = True
     codec: str = "jpeg"
+    atlas: AtlasLayout | None = None     # jpeg: the cameras of a timestep coded as one image (atlas.py)
 
     def origin(self, stream: str) -> FrameOrigin:
         """The FrameStore's origin for these frames (jpeg_check: the error naming a damaged frame)."""
@@ -68,6 +70,8 @@ class Compressed:
     def __repr__(self):
         n = len(self.offsets) - 1
         kind = f"jpeg q{self.qscale}" if self.codec == "jpeg" else self.codec
+        if self.atlas is not None:
+            kind += f" atlas of {self.atlas.cameras}"
         return (f"Compressed({len(self.counts)} files, {n} frames {kind} {self.spec.height}x"
                 f"{self.spec.width}, {self.data.nbytes / 1e6:.1f} MB ({self.data.nbytes / max(n, 1):.0f} B/frame), "
                 f"{'from cache' if self.from_cache else 'coded'}{', mapped' if self.mapped else ''} in "
@@ -122,6 +126,52 @@ def ingest_compressed(sources, *, qscale: int | None = 2, resize=None, cache: bo
     got.codec = codec
     got.seconds = time.perf_counter() - t0
     got.frames_per_s = (len(got.offsets) - 1) / got.seconds if got.seconds > 0 else float("inf")
+    return got
+
+
+def ingest_atlas(cameras: list, *, qscale: int = 2, resize=None, cache: bool = True, workers: int | None = None,
+                 show_progress: bool | None = None, desc: str = "", spec: FrameSpec, counts, infos=None,
+                 host_budget: int | None = None) -> Compressed:
+    """The video sources of K cameras (``cameras[k]``: one source per episode; every camera has
+    ``counts[e]`` frames of ``spec``'s geometry in episode e) into JPEG atlases at ``qscale``: frame i of
+    the result is timestep i of every camera (robocache.frames.atlas). One cache entry covers all the
+    cameras' sources. Raises atlas.TimesDiffer when the cameras' frame times differ (nothing is cached)."""
+    t0 = time.perf_counter()
+    qscale = check_qscale(qscale)
+    cameras = [as_sources(c) for c in cameras]
+    if spec.format != "yuv420":
+        raise ValueError(f"the atlas codes YUV 4:2:0 frames from PyAV; these decode to {spec.format}")
+    layout = AtlasLayout(len(cameras), spec.height, spec.width)
+    counts = np.asarray(counts, np.int64)
+    flat = [s for c in cameras for s in c]
+    paths = [s.path for s in flat]
+    options = cache_options(flat, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale,
+                            atlas=layout.cameras)
+    label = desc or os.path.basename(os.path.dirname(paths[0]))
+    entry = _cache.open_entry(paths, options, label) if cache else None
+    cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0, "check": CHECK, "atlas": layout.cameras}
+    with entry.lock() if entry is not None else contextlib.nullcontext():
+        origin = FrameOrigin(desc or label, [str(s) for s in cameras[0]], counts)
+        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin) if entry is not None else None
+        if got is None:
+            rates = [file_rates(c, None if infos is None else infos[k], "pyav") for k, c in enumerate(cameras)]
+            stats = _cache.stat_sources(paths) if entry is not None else None
+            frames, per_source = code_atlas(cameras, spec, counts, rates, layout, qscale,
+                                            lambda rows: encode_sealed(rows, layout.atlas_height, spec.width, qscale),
+                                            workers=workers, show_progress=show_progress, desc=desc or label)
+            data, offsets = pack(frames)
+            frames.clear()
+            times = np.concatenate(per_source) if per_source else np.zeros(0)
+            path = meta = None
+            if entry is not None:
+                path = _save(entry, data, offsets, counts, times, stats, options, cspec)
+                meta = _cache.peek(entry, paths, options) if path is not None else None
+            got = Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, False, path,
+                             False, checksum=None if meta is None else meta.get("checksum"))
+    got.sources = [str(s) for s in cameras[0]]
+    got.atlas = layout
+    got.seconds = time.perf_counter() - t0
+    got.frames_per_s = (len(got.offsets) - 1) * layout.cameras / got.seconds if got.seconds > 0 else float("inf")
     return got
 
 

@@ -136,26 +136,34 @@ def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
     local = np.where(keep, np.arange(len(h)), -1)
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3,
               matrix=store.matrix, full_range=store.full_range, scale=scale)
-    if store.device.type != "cuda":
-        host_planes = np.empty((len(h), store.yuv_bytes), np.uint8)
-        _decode(store, rows, host_planes)
-        gather_frames(torch.from_numpy(host_planes), torch.from_numpy(local), view, **kw)
+    cuda = store.device.type == "cuda"
+    if store.atlas is not None:
+        # the timesteps' atlases, decoded once for every camera of the batch; this camera's planes out of them
+        atlas = store.atlas.atlas
+        planes = atlas.decode(rows, store.device,
+                              lambda r, out: _decode(store, r, out, atlas.layout.atlas_height, store.width))
+        planes = atlas.layout.split(planes, store.atlas.camera)
+    else:
+        planes = (torch.empty((len(h), store.yuv_bytes), dtype=torch.uint8, device=store.device) if cuda else
+                  np.empty((len(h), store.yuv_bytes), np.uint8))
+        _decode(store, rows, planes, store.height, store.width)
+    if not cuda:
+        gather_frames(torch.from_numpy(planes), torch.from_numpy(local), view, **kw)
         return
-    planes = torch.empty((len(h), store.yuv_bytes), dtype=torch.uint8, device=store.device)
-    _decode(store, rows, planes)
     local_ids = torch.from_numpy(local).pin_memory().to(store.device, non_blocking=True)
     gather_frames(planes, local_ids, view, **kw)
 
 
-def _decode(store, rows: np.ndarray, planes) -> None:
-    """Frames ``rows`` into the I420 rows ``planes`` (numpy: FFmpeg; a CUDA tensor: nvJPEG). A failure is
-    DamagedFrameError naming the first frame that fails alone (a batched decode does not say which)."""
+def _decode(store, rows: np.ndarray, planes, height: int, width: int) -> None:
+    """Frames ``rows`` (of ``height x width``: a camera's, or an atlas's) into the I420 rows ``planes``
+    (numpy: FFmpeg; a CUDA tensor: nvJPEG). A failure is DamagedFrameError naming the first frame that
+    fails alone (a batched decode does not say which)."""
     def run(ids, out):
         if isinstance(out, np.ndarray):
-            decode_rows_cpu(store.data, store.offsets, ids, out, store.height, store.width)
+            decode_rows_cpu(store.data, store.offsets, ids, out, height, width)
         else:
             from .._C import decode_jpeg
-            decode_jpeg(store.data, store.offsets, ids, out, height=store.height, width=store.width,
+            decode_jpeg(store.data, store.offsets, ids, out, height=height, width=width,
                         library=_library(), backend=backend_choice())
 
     try:

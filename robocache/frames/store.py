@@ -17,7 +17,9 @@ layout, dtype in one pass), so batches are bit-identical whatever the tier.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
 import numpy as np
 
 from .._util import torch as _torch
@@ -84,11 +86,14 @@ class FrameStore:
     origin : jpeg_check.FrameOrigin or None
         ``jpeg``: the stream, episodes and cache entry of the frames (the error naming a damaged frame),
         and which frames' CRC is still to verify.
+    atlas : atlas.AtlasPart or None
+        ``jpeg``: the frames are this camera's part of atlases shared with other cameras' stores
+        (``data``/``offsets`` are the atlas's; a batch decodes each sampled timestep once for all of them).
     """
 
     def __init__(self, data, *, format: str, height: int, width: int, channels: int, tier: str, device,
                  matrix: str = "bt601", full_range: bool = False, rows=None, path: str | None = None,
-                 offsets=None, qscale: int | None = None, origin=None):
+                 offsets=None, qscale: int | None = None, origin=None, atlas=None):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         if tier not in TIERS:
@@ -99,6 +104,13 @@ class FrameStore:
         self.device = _torch().device(device)
         self.rows, self.path = rows, path
         self.offsets, self.qscale, self.origin = offsets, qscale, origin
+        if atlas is not None:
+            if format != "jpeg" or atlas.atlas.data is not data or atlas.atlas.offsets is not offsets:
+                raise ValueError("an atlas part is a jpeg store over the atlas's own data and offsets")
+            if (atlas.atlas.layout.height, atlas.atlas.layout.width) != (int(height), int(width)):
+                raise ValueError(f"an atlas of {atlas.atlas.layout.height}x{atlas.atlas.layout.width} cameras "
+                                 f"cannot hold {height}x{width} frames")
+        self.atlas = atlas
         if (format in SPANS) != (offsets is not None):
             raise ValueError(f"formats {SPANS} (and only they) take offsets")
         self.host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
@@ -202,18 +214,24 @@ class FrameStore:
         return yuv420_bytes(self.height, self.width)
 
     @property
+    def share(self) -> int:
+        """How many stores share the storage: the cameras of an atlas, else 1 (sizes are this store's share)."""
+        return 1 if self.atlas is None else self.atlas.atlas.layout.cameras
+
+    @property
     def frame_bytes(self) -> int:
-        """Stored bytes per frame (``jpeg``, ``lossless``: the mean)."""
+        """Stored bytes per frame (``jpeg``, ``lossless``: the mean; an atlas camera: its share)."""
         if self.format in SPANS:
             n = len(self.offsets) - 1
-            return int(round(int(self.offsets[-1]) / n)) if n else 0
+            return int(round(int(self.offsets[-1]) / n / self.share)) if n else 0
         return math.prod(self.data.shape[1:]) * self.data.element_size()
 
     @property
     def nbytes(self) -> int:
-        """Bytes the storage holds (the whole file for a disk-tier subset)."""
+        """Bytes the storage holds (the whole file for a disk-tier subset; an atlas camera: its share, so
+        the cameras' sizes add up to the atlas's)."""
         if self.format in SPANS:
-            return int(self.data.nbytes) + int(self.offsets.nbytes)
+            return (int(self.data.nbytes) + int(self.offsets.nbytes)) // self.share
         return int(self.data.shape[0]) * self.frame_bytes
 
     def episode_bytes(self, offsets) -> np.ndarray:
@@ -226,10 +244,12 @@ class FrameStore:
         if self.host_rows is not None:
             sizes = sizes[self.host_rows]
         per_frame = np.concatenate([[0], np.cumsum(sizes)])
-        return per_frame[offsets[1:]] - per_frame[offsets[:-1]]
+        return (per_frame[offsets[1:]] - per_frame[offsets[:-1]]) // self.share
 
     def __repr__(self) -> str:
         q = f" q{self.qscale}" if self.format == "jpeg" else ""
+        if self.atlas is not None:
+            q += f", camera {self.atlas.camera} of an atlas of {self.share}"
         return (f"FrameStore({len(self)} frames {self.height}x{self.width}x{self.channels}, {self.format}{q}, "
                 f"{self.tier} tier, {self.nbytes / 1e9:.2f} GB)")
 
@@ -324,6 +344,12 @@ class FrameStore:
             rows = self.host_rows[rows]
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   device=self.device, matrix=self.matrix, full_range=self.full_range)
+        if self.atlas is not None and not isinstance(self.data, np.memmap):
+            # the cameras of an atlas subset with the same rows share one copy of the atlases
+            part = dataclasses.replace(self.atlas, atlas=self.atlas.atlas.subset(rows, _take_spans))
+            return FrameStore(part.atlas.data, tier=self.tier, path=self.path, offsets=part.atlas.offsets,
+                              qscale=self.qscale, origin=None if self.origin is None else self.origin.take(rows),
+                              atlas=part, **kw)
         if self.format in SPANS and not isinstance(self.data, np.memmap):
             # in RAM: the subset's own bitstreams, so a rank's shard holds only its episodes' bytes
             data, offsets = _take_spans(self.data, self.offsets, rows)
@@ -332,7 +358,7 @@ class FrameStore:
         if self.tier in ("disk", "compressed", "lossless"):
             r = torch.from_numpy(rows)
             return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
-                              offsets=self.offsets, qscale=self.qscale, origin=self.origin, **kw)
+                              offsets=self.offsets, qscale=self.qscale, origin=self.origin, atlas=self.atlas, **kw)
         return FrameStore(_take_rows(self.data, rows, pinned=self.tier == "host" and self.data.is_pinned()),
                           tier=self.tier, **kw)
 
@@ -345,7 +371,7 @@ class FrameStore:
             return self
         kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
                   matrix=self.matrix, full_range=self.full_range, path=self.path, offsets=self.offsets,
-                  qscale=self.qscale, origin=self.origin)
+                  qscale=self.qscale, origin=self.origin, atlas=self.atlas)
         rows = None if self.rows is None else self.rows.to(device)
         if self.tier in ("device", "cpu"):
             data = self.data.to(device)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import warnings
 from typing import Mapping, Sequence
 
-from .compress import ingest_compressed
+import numpy as np
+
+from . import atlas
+from .atlas import TimesDiffer
+from .compress import ingest_atlas, ingest_compressed
 from ..video import probe_sources
 from .ingest import cached_layout, ingest_videos, reused_layout
 from .jpeg import check_qscale
@@ -38,17 +42,31 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
     tiers = plan(needs, frames, b, device=device, hint=f"{source}: " if source else "")
     out = {}
     host_left = b.host - sum(n.nbytes for n in needs if tiers[n.name] in ("host", "cpu"))
+    for k in videos:
+        asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
+        if asked == "auto" and tiers[k] == "compressed":
+            warnings.warn(f"{source + ': ' if source else ''}frames of {k!r} do not fit the device, host or disk "
+                          f"budgets decoded, so they are kept compressed as JPEG at jpeg_qscale={jpeg_qscale} "
+                          f"(lossy; docs/frame-storage.md gives the PSNR per setting). Raise a budget or pass "
+                          f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
+                          stacklevel=3)
+    for names in _atlas_groups(probed, tiers):
+        try:
+            group = _load_atlas(names, videos, probed, jpeg_qscale, resize, cache, workers, show_progress,
+                                max(0, host_left), device)
+        except TimesDiffer as e:
+            warnings.warn(f"{source + ': ' if source else ''}cameras {', '.join(map(repr, names))} have the same "
+                          f"frame counts but not the same frame times ({e}); each is coded on its own",
+                          stacklevel=2)
+            continue
+        out.update(group)
+        host_left -= sum(s.nbytes for s, _ in group.values() if not isinstance(s.data, np.memmap))
     for k, paths in videos.items():
+        if k in out:
+            continue
         spec, counts, infos, _ = probed[k]
         tier = tiers[k]
         if tier in ("compressed", "lossless"):
-            asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
-            if asked == "auto" and tier == "compressed":
-                warnings.warn(f"{source + ': ' if source else ''}frames of {k!r} do not fit the device, host or disk "
-                              f"budgets decoded, so they are kept compressed as JPEG at jpeg_qscale={jpeg_qscale} "
-                              f"(lossy; docs/frame-storage.md gives the PSNR per setting). Raise a budget or pass "
-                              f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
-                              stacklevel=3)
             codec = "jpeg" if tier == "compressed" else "lossless"
             coded = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
                                       show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
@@ -70,6 +88,33 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
                            full_range=spec.full_range, path=got.cache_path)
         out[k] = (store, list(got.times))
     return out
+
+
+def _atlas_groups(probed: dict, tiers: dict) -> list:
+    """The compressed-tier streams that share an atlas (robocache.frames.atlas): two or more with the same
+    geometry, color and frames per episode, in the order given."""
+    if not atlas.enabled():
+        return []
+    groups: dict = {}
+    for k, (spec, counts, _, _) in probed.items():
+        if tiers[k] == "compressed" and spec.format == "yuv420":
+            groups.setdefault(atlas.group_key(spec, counts), []).append(k)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def _load_atlas(names, videos, probed, qscale, resize, cache, workers, show_progress, host_budget, device) -> dict:
+    """``{stream: (FrameStore, times)}`` of cameras ``names`` coded as atlases: one store per camera over
+    the shared atlas."""
+    spec, counts, _, _ = probed[names[0]]
+    infos = [probed[k][2] for k in names]
+    coded = ingest_atlas([list(videos[k]) for k in names], qscale=qscale, resize=resize, cache=cache,
+                         workers=workers, show_progress=show_progress, desc=f"coding {'+'.join(names)}", spec=spec,
+                         counts=counts, infos=None if any(i is None for i in infos) else infos,
+                         host_budget=host_budget)
+    made = atlas.stores(coded.data, coded.offsets, names, height=spec.height, width=spec.width, device=device,
+                        qscale=int(qscale), matrix=spec.matrix, full_range=spec.full_range, path=coded.cache_path,
+                        origin=coded.origin("+".join(names)))
+    return {k: (store, list(coded.times)) for k, store in made.items()}
 
 
 def _layout(key, sources, resize, backend, workers, cache) -> tuple:

@@ -10,6 +10,8 @@
 #   bash tools/gpu_session.sh multi     # on a 4-GPU kind: the NUMA/PCIe layout, the multi-GPU tests (NCCL
 #                                       # elastic resume 2->3, 3->1; 2 nodes x 2 GPUs), bench_multi_gpu.py at
 #                                       # 1, 2, 4 ranks with pinned frames on the GPU's node and without
+#   bash tools/gpu_session.sh atlas     # one H100: the atlas tests (cuda), bench_scale.py --tiers compressed in
+#                                       # both JPEG layouts (atlas, per camera) against the torch DataLoader
 #   bash tools/gpu_session.sh lossless  # one H100: bench_scale.py --tiers lossless (the DROID-shaped set,
 #                                       # ~4 min), nvCOMP against the tier's decoder (needs nvcomp wheels in
 #                                       # $WHEELS), the JPEG decode layouts (per camera, one call, atlas)
@@ -22,7 +24,7 @@
 # an old .cu: setup.py's depends now list cuda/*.cu, this is the belt to those braces).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi|lossless}
+part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi|atlas|lossless}
 out=${OUT:-/tmp/robocache-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -70,6 +72,13 @@ multi)
             --batches 60 --episodes-per-rank 4 --json "$out/bench_multi_gpu_numa$numa.json" 2>&1 \
             | tee "$out/bench_multi_gpu_numa$numa.txt"
     done
+    ;;
+atlas)
+    python3 -m pytest -m cuda -q -p no:cacheprovider -rs tests/test_frames_atlas.py tests/test_frames_compressed.py \
+        2>&1 | tee "$out/atlas-tests.txt"
+    python3 benchmarks/bench_scale.py --tiers compressed --jpeg-layout atlas per_camera --backends hardware \
+        --policies groot --skip decode host --mp4-episodes 16 --json "$out/bench_scale_atlas.json" 2>&1 \
+        | tail -30 | tee "$out/bench_scale_atlas.txt"
     ;;
 lossless)
     python3 benchmarks/bench_scale.py --tiers lossless --skip decode host --policies groot small --mp4-episodes 16 \

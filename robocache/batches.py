@@ -5,8 +5,11 @@ after it, and nothing reads the device back: no host sync per batch. Full batche
 captured CUDA graph into static output slots the handed-out batches alias (batch_graph.py), captured
 at the second batch; the others (the first, the last short one, one while the caller holds every
 slot) are made eagerly in fresh memory (``record_stream``). A loader whose windows do host work per
-batch (frames staged from disk or decoded by nvJPEG) makes its batches on a thread of its own instead,
-one ahead, and never captures (a replay cannot repeat host work).
+batch (frames staged from disk or decoded by nvJPEG) makes its batches on threads of its own instead,
+``STAGED_AHEAD`` ahead, and never captures (a replay cannot repeat host work). Two ahead on two threads:
+nvJPEG's batched decode holds its thread until the frames are decoded (9.8-11 ms for 256 atlases on an
+H100), so with one thread the batch's other host work (frame ids, launches: ~4 ms) waited behind it;
+with two, one batch's decode overlaps the next one's other work (docs/perf-notes.md, the atlas).
 
 The loader gives an epoch's tables (computed inside ``stream()``) and what a batch is (a
 plans.BatchPlan, ``recipe``); this file says when and on which stream each batch is made, and calls
@@ -21,6 +24,9 @@ from typing import Any, Callable, Generator, Iterator
 
 #: ``(k, batch)`` pairs of an epoch; close it to end the epoch early
 Run = Generator[tuple[int, dict], None, None]
+
+#: host-staged batches in flight at once (each made on its own staging thread)
+STAGED_AHEAD = 2
 
 from ._util import torch as _torch
 from .user_warning import warn
@@ -115,7 +121,9 @@ class CudaBatches:
             # wait for, and behind the step's long ones its cost in the GR00T-style step was 1.9%
             # against 0.4% ahead of them (docs/perf-notes.md v10)
             self.side = torch.cuda.Stream(self.device, priority=-1)
-            self.events = (torch.cuda.Event(), torch.cuda.Event())
+            # two in turn for replays and prefetch; STAGED_AHEAD + 1 for staged batches (the one the
+            # consumer holds and those in flight)
+            self.events = tuple(torch.cuda.Event() for _ in range(max(2, STAGED_AHEAD + 1)))
             for e in self.events:
                 e.record(self.side)    # torch creates the CUDA event at its first record
             self.handles = tuple(e.cuda_event for e in self.events)
@@ -139,7 +147,7 @@ class CudaBatches:
         """The loader's thread for host-staged batches (made once, kept with the loader)."""
         if self._stager is None:
             from concurrent.futures import ThreadPoolExecutor
-            self._stager = ThreadPoolExecutor(1, thread_name_prefix="robocache-batch")
+            self._stager = ThreadPoolExecutor(STAGED_AHEAD, thread_name_prefix="robocache-batch")
         return self._stager
 
     def capture(self, make_rows: Callable, tables, k: int) -> None:
@@ -180,24 +188,34 @@ class _Epoch:
 
     def batches(self, start: int, n: int, stager) -> Iterator[tuple[int, dict]]:
         """``(k, batch)`` for k in ``start..n-1``, batch k+1 enqueued before batch k is handed
-        over (made on ``stager``, one ahead, when it is not None)."""
+        over (made on ``stager``'s threads, STAGED_AHEAD ahead, when it is not None)."""
+        if stager is not None:
+            yield from self._staged(start, n, stager)
+            return
         owner, consumer = self.owner, self.consumer
-        nxt: Any = None if start >= n else self._next(start, stager, 0)
+        nxt: Any = None if start >= n else self.prepare(start, 0)
         for k in range(start, n):
-            slot, batch, ready = nxt if stager is None else nxt.result()
+            slot, batch, ready = nxt
             # batch k+1 is enqueued before the consumer's work on k; a replay queues the
             # consumer's wait for batch k in the same C call (host time is the loader's cost
             # in a host-bound step: docs/perf-notes.md v11)
-            nxt = None if k + 1 >= n else self._next(k + 1, stager, owner.handles[k % 2])
-            if stager is not None or nxt is None or nxt[0] is None:
+            nxt = None if k + 1 >= n else self.prepare(k + 1, owner.handles[k % 2])
+            if nxt is None or nxt[0] is None:
                 consumer.wait_event(ready)
             yield k, self._take(slot, batch)
 
-    def _next(self, k: int, stager, wait: int):
-        """Batch k enqueued: now, or a future of the staging thread (which queues no wait)."""
-        if stager is None:
-            return self.prepare(k, wait)
-        return stager.submit(self._on_device, k)
+    def _staged(self, start: int, n: int, stager) -> Iterator[tuple[int, dict]]:
+        """Batches made on the staging threads, STAGED_AHEAD in flight: batch k + STAGED_AHEAD is
+        submitted when batch k is handed over. Each batch's event is its own until the consumer has
+        queued its wait (events in turn, STAGED_AHEAD + 1 of them)."""
+        from collections import deque
+        ahead = deque(stager.submit(self._on_device, j) for j in range(start, min(n, start + STAGED_AHEAD)))
+        for k in range(start, n):
+            slot, batch, ready = ahead.popleft().result()
+            self.consumer.wait_event(ready)
+            if k + STAGED_AHEAD < n:
+                ahead.append(stager.submit(self._on_device, k + STAGED_AHEAD))
+            yield k, self._take(slot, batch)
 
     def _on_device(self, k: int):
         with _torch().cuda.device(self.owner.device):
@@ -217,7 +235,8 @@ class _Epoch:
         """Batch k enqueued on the side stream: (graph slot or None, eager batch or None, its event).
         A replay also makes the consumer wait for the event handle ``wait`` (batch k-1's)."""
         owner = self.owner
-        ready = owner.events[k % 2]       # two events in turn: batch k's is waited on after k+1's is recorded
+        # events in turn: batch k's is waited on before batch k + len(events) records it again
+        ready = owner.events[k % 2] if self.graphed else owner.events[k % (STAGED_AHEAD + 1)]
         if self.graphed and k < self.full:
             slot = self._replay(k, wait)
             if slot is not None:

@@ -220,6 +220,9 @@ def test_gpu_atlas_batches(cameras):
     cpu = load_videos(cameras, device=CPU, frames="compressed")
     gpu = load_videos(cameras, device=CUDA, frames="compressed")
     assert gpu[CAMS[0]][0].atlas is not None and gpu[CAMS[0]][0].host_staged
+    # nvJPEG reads the atlases' bytes from pinned memory: one copy (the cache file's pages) for all cameras
+    data = [gpu[c][0].data for c in CAMS]
+    assert all(d is data[0] for d in data) and torch.from_numpy(data[0]).is_pinned()
     want, got = _batches(_dataset(cpu)), _batches(_dataset(gpu, "cuda"))
     _same(got, _batches(_dataset(gpu, "cuda")))
     for x, y in zip(want, got):

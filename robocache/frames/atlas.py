@@ -18,9 +18,10 @@ sources. Cameras are grouped only when their frame counts agree per episode; if 
 times then differ, the group is coded per camera instead (``TimesDiffer``).
 
 Per batch (``JpegAtlas.decode``): the sampled timesteps are decoded once; each camera's store takes its
-planes from that decode. The last decode is kept, keyed by the sampled rows, the device and the CUDA
-stream: the K windows of a batch ask for the same rows one after another, and the second and third get
-the first's planes.
+planes from that decode. Each thread keeps its last decode (the loader makes two batches at once on two
+threads), keyed by the sampled rows, the device and the CUDA stream: the K windows of a batch ask for the
+same rows one after another, and the second and third get the first's planes, which are let go once
+every camera has had them.
 """
 
 from __future__ import annotations
@@ -123,12 +124,20 @@ class JpegAtlas:
 
     def __init__(self, data, offsets, layout: AtlasLayout, names):
         self.data, self.offsets, self.layout, self.names = data, offsets, layout, tuple(names)
-        self._last: list | None = None                # [key, planes, cameras served]: the last decode
+        self._last = threading.local()                # .entry: [key, planes, cameras served], per thread
         self._subsets: dict = {}                      # rows digest -> weakref of the subset's atlas
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    def pin(self) -> np.ndarray:
+        """The atlases' bytes in pinned memory (once for every camera's store; a GPU batch's nvJPEG reads them)."""
+        from .pinned import pinned_bytes
+        with self._lock:
+            if not isinstance(self.data, np.memmap):
+                self.data = pinned_bytes(self.data)
+            return self.data
 
     def decode(self, rows: np.ndarray, device, decode) -> object:
         """Atlas rows ``rows`` decoded (``decode(rows, planes)`` fills I420 atlas planes: numpy on the CPU,
@@ -137,18 +146,17 @@ class JpegAtlas:
         import torch
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
         key = (rows.tobytes(), str(device), stream)
-        with self._lock:
-            last = self._last
-            if last is not None and last[0] == key:
-                last[2] += 1
-                if last[2] >= self.layout.cameras:   # every camera has had it: its memory goes back
-                    self._last = None
-                return last[1]
+        # per thread: the loader makes two batches at once on two threads (robocache/batches.py)
+        last = getattr(self._last, "entry", None)
+        if last is not None and last[0] == key:
+            last[2] += 1
+            if last[2] >= self.layout.cameras:   # every camera has had it: its memory goes back
+                self._last.entry = None
+            return last[1]
         planes: object = (torch.empty((len(rows), self.layout.atlas_bytes), dtype=torch.uint8, device=device)
                           if device.type == "cuda" else np.empty((len(rows), self.layout.atlas_bytes), np.uint8))
         decode(rows, planes)
-        with self._lock:
-            self._last = [key, planes, 1]
+        self._last.entry = [key, planes, 1]
         return planes
 
     def subset(self, rows: np.ndarray, take) -> JpegAtlas:

@@ -29,7 +29,7 @@ from .jpeg import check_qscale, encode_sealed, pack
 from .atlas import AtlasLayout, code_atlas
 from .jpeg_check import CHECK, FrameOrigin, damaged_rows
 from .lossless import encode_rows as encode_lossless_rows
-from .pinned import file_pages
+from .pinned import file_pages, pinned_file
 
 _RING = 16   # decoded frames a worker holds before coding them
 
@@ -187,8 +187,10 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origi
     if mapped:
         data = np.memmap(entry.data_path, np.uint8, "r", shape=(total,))
     else:
-        # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read)
-        pages = file_pages(entry.data_path, (total,))
+        # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read);
+        # with a GPU, pinned in place (nvJPEG and the lossless decoder read them over the bus)
+        pages = pinned_file(entry.data_path, (total,)) if _cuda() else None
+        pages = pages if pages is not None else file_pages(entry.data_path, (total,))
         data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
         # in RAM: every frame's CRC now, so a damaged one is coded again before any batch (a mapped
         # entry's frames are checked on first use instead: reading them all would read the whole file)
@@ -203,6 +205,11 @@ def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origi
     entry.held_by(data)     # a map of the entry's file: not evicted nor cleared while it lives
     return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, True,
                       str(entry.data_path), mapped, checksum=meta["checksum"], checked=not mapped)
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,

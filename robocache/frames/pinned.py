@@ -142,6 +142,20 @@ def file_pages(path, shape):
     return torch.from_numpy(np.frombuffer(region, np.uint8).reshape(shape))  # the array keeps the map alive
 
 
+def pinned_bytes(a: np.ndarray) -> np.ndarray:
+    """``a`` (host bytes the GPU reads: a compressed tier's bitstreams) in pinned memory: itself when it is
+    pinned already (a cache file's pages pinned in place), else a pinned copy. nvJPEG copies the sampled
+    bitstreams to the device: from pinned memory its batched decode of 256 atlases took 9.8 ms against
+    11.0 ms from pageable memory (H100, docs/perf-notes.md)."""
+    import torch
+    if not torch.cuda.is_available() or not a.size:
+        return a
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about non-writable arrays (a read-only map)
+        t = torch.from_numpy(a)
+    return a if t.is_pinned() else pin(t).numpy()
+
+
 def pin(t):
     """``t`` (a CPU tensor) copied into exact-size pinned memory."""
     out = pinned_empty(tuple(t.shape), t.numpy().dtype)

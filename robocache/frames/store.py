@@ -105,12 +105,20 @@ class FrameStore:
         self.rows, self.path = rows, path
         self.offsets, self.qscale, self.origin = offsets, qscale, origin
         if atlas is not None:
-            if format != "jpeg" or atlas.atlas.data is not data or atlas.atlas.offsets is not offsets:
+            if format != "jpeg" or atlas.atlas.offsets is not offsets or len(atlas.atlas.data) != len(data):
                 raise ValueError("an atlas part is a jpeg store over the atlas's own data and offsets")
             if (atlas.atlas.layout.height, atlas.atlas.layout.width) != (int(height), int(width)):
                 raise ValueError(f"an atlas of {atlas.atlas.layout.height}x{atlas.atlas.layout.width} cameras "
                                  f"cannot hold {height}x{width} frames")
+            self.data = atlas.atlas.data        # (the atlas's bytes may have been pinned since `data` was read)
         self.atlas = atlas
+        if format == "jpeg" and self.device.type == "cuda" and not isinstance(data, np.memmap):
+            # nvJPEG copies the sampled bitstreams to the device: pinned, one copy per atlas
+            if atlas is not None:
+                self.data = atlas.atlas.pin()
+            else:
+                from .pinned import pinned_bytes
+                self.data = pinned_bytes(data)
         if (format in SPANS) != (offsets is not None):
             raise ValueError(f"formats {SPANS} (and only they) take offsets")
         self.host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)

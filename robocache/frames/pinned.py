@@ -73,6 +73,11 @@ def pinned_empty(shape, dtype=np.uint8, fill=None):
     # host (0.88 GB read from the page cache by 16 threads, then registered): 0.30 s with 4 KiB pages,
     # 0.09 s with 2 MiB ones (fill 2x, cudaHostRegister 3-6x faster); the kernel may decline either
     _advise(region, getattr(mmap, "MADV_HUGEPAGE", 14))
+    # not inherited by a fork: Linux copies page-locked anonymous pages into every child at fork (they
+    # cannot be shared copy-on-write), so each torch DataLoader worker forked beside a 36 GB pinned
+    # compressed set copied it (bench_scale's torch contender never started on the H100 host); a forked
+    # child cannot use CUDA, the only reader of these pages
+    _advise(region, getattr(mmap, "MADV_DONTFORK", 10))
     if fill is None:
         _advise(region, _MADV_POPULATE_WRITE)      # else cudaHostRegister faults the pages in itself
     if fill is not None:

@@ -243,6 +243,7 @@ def test_pinned_memory_is_not_copied_into_forked_children():
     """Linux copies page-locked anonymous pages into every forked child: a torch DataLoader's 16 workers
     forked beside a 36 GB pinned set would copy it 16 times. robocache's pinned buffers are not inherited."""
     from robocache.frames.pinned import pinned_empty
+    torch.cuda.init()       # (is_pinned() is False for registered memory before torch's CUDA state exists)
     t = pinned_empty((8 << 20,))
     assert t.is_pinned()
     assert "dc" in _vm_flags(t.data_ptr())      # VM_DONTCOPY: MADV_DONTFORK

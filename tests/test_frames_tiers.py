@@ -119,6 +119,17 @@ def test_rgb_window_values(rng, tmp_path):
         assert len(s.frames) == rows.shape[0]
 
 
+@pytest.mark.parametrize("tier", ["cpu", "disk"])
+def test_rgb_frames_of_an_unknown_matrix_gather(rng, tmp_path, tier):
+    """OpenCV decodes to RGB and says nothing of the color matrix (FrameSpec.matrix ''): the matrix is
+    not needed for RGB storage, and a batch gathers (it raised "matrix: expected 'bt601', ..." before)."""
+    rows = _rows(rng, 5, "rgb")
+    store = FrameStore.create(rows, format="rgb", height=H, width=W, channels=3, tier=tier, device="cpu",
+                              path=tmp_path / "f.npy", matrix="")
+    assert store.matrix == "" and store.gather_matrix is None
+    assert torch.equal(store.gather(torch.tensor([3, 1])), torch.from_numpy(rows[[3, 1]]))
+
+
 def test_store_indexing_and_stats(rng, tmp_path):
     eps, ctimes = _episodes(rng)
     n = sum(len(t) for t in ctimes)

@@ -155,6 +155,7 @@ def pinned_bytes(a: np.ndarray) -> np.ndarray:
     import torch
     if not torch.cuda.is_available() or not a.size:
         return a
+    torch.cuda.init()   # is_pinned() says False for registered memory until torch's CUDA state exists
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about non-writable arrays (a read-only map)
         t = torch.from_numpy(a)

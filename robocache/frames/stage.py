@@ -38,7 +38,7 @@ def gather_disk(store, view, ids, scale, host_ids=None):
     import torch
     from .._C import gather_frames as _gather_frames
     kw = dict(format=store.format, height=store.height, width=store.width, channels=store.channels,
-              matrix=store.matrix, full_range=store.full_range, scale=scale)
+              matrix=store.gather_matrix, full_range=store.full_range, scale=scale)
     if store.device.type != "cuda":
         _gather_frames(store.data, store.storage_ids(ids), view, **kw)
         return

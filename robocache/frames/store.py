@@ -217,6 +217,12 @@ class FrameStore:
                                  or (self.format == "lossless" and self.gpu is None))
 
     @property
+    def gather_matrix(self) -> str | None:
+        """The matrix gather_frames converts with: the store's for YUV frames; None for RGB ones, whose
+        matrix is informational ('' when the decoder did not say: OpenCV's frames)."""
+        return None if self.format == "rgb" else self.matrix
+
+    @property
     def yuv_bytes(self) -> int:
         """Bytes of one decoded I420 frame (``yuv420``, ``lossless`` and ``jpeg``)."""
         return yuv420_bytes(self.height, self.width)
@@ -316,8 +322,8 @@ class FrameStore:
             return gather_disk(self, view, ids, scale, host_ids)
         from .._C import gather_frames
         gather_frames(self.data, self.storage_ids(ids), view, format=self.format, height=self.height,
-                       width=self.width, channels=self.channels, matrix=self.matrix, full_range=self.full_range,
-                       scale=scale)
+                       width=self.width, channels=self.channels, matrix=self.gather_matrix,
+                       full_range=self.full_range, scale=scale)
 
     def __getitem__(self, index):
         """Decoded frames ``[n, H, W, C]`` on ``device``: an int, a slice, or an index tensor/array."""

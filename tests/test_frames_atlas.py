@@ -247,3 +247,63 @@ def test_gpu_atlas_epoch_without_sync(cameras):
         torch.cuda.set_sync_debug_mode("default")
     assert len(again) == len(first)
     assert all(torch.equal(a[c], b[c]) for a, b in zip(first, again) for c in CAMS)
+
+
+# ----------------------------------------------------------------------------
+# a LeRobot set with two cameras, v2.1 and v3.0
+
+
+def _two_camera_copy(src, dst, episodes):
+    """The CR5 v2.1 set (``episodes`` of it) with a second camera, ``observation.images.side``: the same
+    videos as ``observation.images.top`` (links), so both cameras' frames are the same pictures."""
+    import json
+    import os
+    info = json.loads((src / "meta/info.json").read_text())
+    info["features"]["observation.images.side"] = info["features"]["observation.images.top"]
+    (dst / "meta").mkdir(parents=True)
+    (dst / "meta/info.json").write_text(json.dumps(info))
+    for name in ("episodes.jsonl", "tasks.jsonl"):
+        os.symlink(src / "meta" / name, dst / "meta" / name)
+    lines = []
+    for line in (src / "meta/episodes_stats.jsonl").read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            rec["stats"]["observation.images.side"] = rec["stats"].get("observation.images.top", {})
+            lines.append(json.dumps(rec))
+    (dst / "meta/episodes_stats.jsonl").write_text("\n".join(lines) + "\n")
+    os.symlink(src / "data", dst / "data")
+    (dst / "videos/chunk-000").mkdir(parents=True)
+    for cam in ("top", "side"):
+        os.symlink(src / "videos/chunk-000/observation.images.top", dst / f"videos/chunk-000/observation.images.{cam}")
+    return dst
+
+
+def test_lerobot_cameras_share_atlases_in_v21_and_v30(cr5_v21, tmp_path):
+    import warnings
+    from lerobot_forge import convert_v21_to_v30
+    two = _two_camera_copy(cr5_v21, tmp_path / "v21", range(3))
+    v30 = tmp_path / "v30"
+    convert_v21_to_v30(two, v30, [1, 2], per_data_file=2, per_video_file=2)   # both episodes spans of one mp4
+    kw = dict(device="cpu", video_resize=(120, 160))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = robocache.Dataset.from_lerobot(two, episodes=[1, 2], frames="compressed", **kw)
+        b = robocache.Dataset.from_lerobot(v30, frames="compressed", **kw)
+        host = robocache.Dataset.from_lerobot(v30, frames="host", **kw)
+    top, side = "observation.images.top", "observation.images.side"
+    for ds in (a, b):
+        st, ss = ds.streams[top].frames, ds.streams[side].frames
+        assert st.atlas is not None and st.atlas.atlas is ss.atlas.atlas and st.atlas.atlas.layout.cameras == 2
+        ids = torch.arange(len(st))
+        # the same pictures in their own MCU rows: the same decoded frames, bit for bit
+        assert torch.equal(st[ids], ss[ids])
+    # v2.1 files and v3.0 spans of the same frames: the same atlases
+    assert np.array_equal(a.streams[top].frames.data, b.streams[top].frames.data)
+    want = host.streams[top].frames[torch.arange(len(host.streams[top].frames))].double()
+    got = b.streams[side].frames[torch.arange(len(want))].double()
+    assert 10 * np.log10(255 ** 2 / ((got - want) ** 2).mean().item()) > 38
+    windows = {"top": Window(top, indices=[-1, 0], layout="BTCHW"), "side": Window(side, indices=[0])}
+    for x, y in zip(DataLoader(a, 8, shuffle=True, seed=1, windows=windows),
+                    DataLoader(b, 8, shuffle=True, seed=1, windows=windows)):
+        assert torch.equal(x["top"], y["top"]) and torch.equal(x["side"], y["side"])
+        assert torch.equal(x["top"][:, 1], y["side"][:, 0].permute(0, 3, 1, 2).float() / 255)

@@ -31,6 +31,7 @@ import queue
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -285,7 +286,6 @@ def code_atlas(cameras: list, spec, counts, rates: list, layout: AtlasLayout, qs
             for t in threads:
                 t.join()
 
-    from concurrent.futures import ThreadPoolExecutor
     t0 = time.perf_counter()
     try:
         # K decoder threads per episode: episodes at once so that decoders ~ cores

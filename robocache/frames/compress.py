@@ -2,7 +2,8 @@
 (``codec="jpeg"``, the compressed tier: robocache.frames.jpeg) or losslessly (``codec="lossless"``, the
 lossless tier: robocache.frames.lossless), by a pool of workers, one file each, with a progress bar; the
 coded frames go into the persistent cache (data + offsets + times), so a second load reads them back
-instead of coding.
+instead of coding. ``ingest_atlas``: the sources of several cameras coded together, one JPEG per timestep
+(robocache.frames.atlas), into one cache entry.
 
 Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams. When every file
 is coded, they are joined into one buffer and freed: the peak is twice the tier's bytes for that moment

@@ -160,15 +160,7 @@ def ingest_atlas(cameras: list, *, qscale: int = 2, resize=None, cache: bool = T
             frames, per_source = code_atlas(cameras, spec, counts, rates, layout, qscale,
                                             lambda rows: encode_sealed(rows, layout.atlas_height, spec.width, qscale),
                                             workers=workers, show_progress=show_progress, desc=desc or label)
-            data, offsets = pack(frames)
-            frames.clear()
-            times = np.concatenate(per_source) if per_source else np.zeros(0)
-            path = meta = None
-            if entry is not None:
-                path = _save(entry, data, offsets, counts, times, stats, options, cspec)
-                meta = _cache.peek(entry, paths, options) if path is not None else None
-            got = Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, False, path,
-                             False, checksum=None if meta is None else meta.get("checksum"))
+            got = _coded(frames, per_source, counts, spec, qscale, entry, paths, options, cspec, stats)
     got.sources = [str(s) for s in cameras[0]]
     got.atlas = layout
     got.seconds = time.perf_counter() - t0
@@ -263,6 +255,12 @@ def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, worke
     for job, got in zip(jobs, results):
         for i, t in zip(job.index, got):
             per_source[i] = t
+    return _coded(frames, per_source, counts, spec, qscale, entry, paths, options, cspec, stats)
+
+
+def _coded(frames: list, per_source: list, counts, spec, qscale, entry, paths, options, cspec, stats) -> Compressed:
+    """The freshly coded bitstreams (``frames``, store order; emptied) joined into one buffer, written to
+    the cache entry when there is one: the Compressed result of a coding run."""
     data, offsets = pack(frames)
     frames.clear()                      # the bitstreams now live in `data` only
     times = np.concatenate(per_source) if per_source else np.zeros(0)

@@ -125,6 +125,19 @@ def DATA():
     return path
 
 
+def same_batches(a: list, b: list, *, strides: bool = False) -> None:
+    """Two lists of batches (dicts of tensors) equal bit for bit: as many (at least one), the same keys,
+    dtypes, shapes (and memory strides, with ``strides``) and values."""
+    assert len(a) == len(b) and len(a) > 0
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
+            if strides:
+                assert x[k].stride() == y[k].stride(), k
+            assert x[k].equal(y[k]), k
+
+
 def mapped_file(address: int) -> str | None:
     """The file behind the mapping that holds ``address`` in this process (/proc/self/maps), or None."""
     with open("/proc/self/maps") as f:

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import same_batches
+from noise_clips import write_i420_h264
 import robocache
 from robocache import DataLoader, Window
 from robocache.frames import atlas as fatlas
@@ -79,24 +81,13 @@ def test_a_cameras_pixels_depend_only_on_its_own_frame(rng):
 # three cameras from video files
 
 
-def _write(path, rows, h=H, w=W, rate=10):
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=rate)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        for r in rows:
-            for pk in s.encode(av.VideoFrame.from_ndarray(r.reshape(h * 3 // 2, w), format="yuv420p")):
-                c.mux(pk)
-        for pk in s.encode():
-            c.mux(pk)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def cameras(tmp_path_factory):
     """{camera: [one clip per episode]}: three cameras, episodes of COUNTS frames, different content."""
     root = tmp_path_factory.mktemp("atlas")
     rng = np.random.default_rng(11)
-    return {c: [_write(root / f"{c}{e}.mp4", natural_rows(rng, n)) for e, n in enumerate(COUNTS)] for c in CAMS}
+    return {c: [write_i420_h264(root / f"{c}{e}.mp4", natural_rows(rng, n), H, W) for e, n in enumerate(COUNTS)]
+            for c in CAMS}
 
 
 def _dataset(loaded: dict, device="cpu"):
@@ -122,15 +113,6 @@ def _batches(ds, **kw):
             for b in DataLoader(ds, 4, shuffle=True, seed=3, windows=WINDOWS, **kw)]
 
 
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-            assert torch.equal(x[k], y[k]), k
-
-
 def test_three_cameras_share_one_atlas(cameras, monkeypatch):
     loaded = load_videos(cameras, device=CPU, frames="compressed")
     stores = [loaded[c][0] for c in CAMS]
@@ -141,8 +123,8 @@ def test_three_cameras_share_one_atlas(cameras, monkeypatch):
     assert sum(s.nbytes for s in stores) <= shared.data.nbytes + shared.offsets.nbytes
     assert "camera 1 of an atlas of 3" in repr(stores[1])
     ds = _dataset(loaded)
-    _same(_batches(_dataset(_reference(loaded))), _batches(ds))
-    _same(_batches(ds), _batches(ds))                           # deterministic
+    same_batches(_batches(_dataset(_reference(loaded))), _batches(ds))
+    same_batches(_batches(ds), _batches(ds))                           # deterministic
 
     # one decode per batch serves the three cameras
     calls = []
@@ -177,7 +159,7 @@ def test_subsets_share_one_copy(cameras):
     assert stores[0].atlas.atlas.layout.cameras == 3
     # the subset's batches are the full set's frames of those episodes
     ref = _dataset(_reference(load_videos(cameras, device=CPU, frames="compressed"))).subset([2, 0])
-    _same(_batches(ref), _batches(sub))
+    same_batches(_batches(ref), _batches(sub))
 
 
 def test_the_cache_entry_covers_the_group(cameras, cache_env, monkeypatch):
@@ -190,12 +172,12 @@ def test_the_cache_entry_covers_the_group(cameras, cache_env, monkeypatch):
     swapped = load_videos({c: cameras[c] for c in reversed(CAMS)}, device=CPU, frames="compressed")
     assert swapped[CAMS[2]][0].atlas.camera == 0
     ds = _dataset({c: swapped[c] for c in CAMS})
-    _same(_batches(_dataset(first)), _batches(ds))
+    same_batches(_batches(_dataset(first)), _batches(ds))
 
 
 def test_only_matching_cameras_are_grouped(cameras, tmp_path):
     rng = np.random.default_rng(4)
-    other = {"big": [_write(tmp_path / f"big{e}.mp4", natural_rows(rng, n, 32, 48), 32, 48)
+    other = {"big": [write_i420_h264(tmp_path / f"big{e}.mp4", natural_rows(rng, n, 32, 48), 32, 48)
                      for e, n in enumerate(COUNTS)]}
     loaded = load_videos({**cameras, **other}, device=CPU, frames="compressed")
     assert loaded["big"][0].atlas is None and loaded[CAMS[0]][0].atlas is not None
@@ -205,7 +187,8 @@ def test_only_matching_cameras_are_grouped(cameras, tmp_path):
 
 def test_cameras_whose_times_differ_are_coded_one_by_one(cameras, tmp_path):
     rng = np.random.default_rng(5)
-    slow = [_write(tmp_path / f"slow{e}.mp4", natural_rows(rng, n), rate=5) for e, n in enumerate(COUNTS)]
+    slow = [write_i420_h264(tmp_path / f"slow{e}.mp4", natural_rows(rng, n), H, W, rate=5)
+            for e, n in enumerate(COUNTS)]
     with pytest.warns(UserWarning, match="not the same frame times"):
         loaded = load_videos({"left": cameras["left"], "slow": slow}, device=CPU, frames="compressed")
     assert loaded["left"][0].atlas is None and loaded["slow"][0].atlas is None
@@ -224,7 +207,7 @@ def test_gpu_atlas_batches(cameras):
     data = [gpu[c][0].data for c in CAMS]
     assert all(d is data[0] for d in data) and torch.from_numpy(data[0]).is_pinned()
     want, got = _batches(_dataset(cpu)), _batches(_dataset(gpu, "cuda"))
-    _same(got, _batches(_dataset(gpu, "cuda")))
+    same_batches(got, _batches(_dataset(gpu, "cuda")))
     for x, y in zip(want, got):
         for k in x:
             assert x[k].shape == y[k].shape and x[k].dtype == y[k].dtype, k

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import mapped_file
+from conftest import mapped_file, same_batches
+from noise_clips import write_i420_h264
 import robocache
 from robocache import DataLoader, Window
 from robocache.frames import cache as fcache
@@ -158,23 +159,15 @@ def _datasets(rng, device="cpu"):
             robocache.Dataset.from_episodes(eps, device="cpu", frames={"cam": (ref, ctimes)}))
 
 
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        for k in x:
-            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-            assert torch.equal(x[k], y[k]), k
-
-
 def test_compressed_batches_equal_the_decoded_reference(rng):
     comp, ref = _datasets(rng)
     assert comp.streams["cam"].frames.tier == "compressed"
     assert "compressed, jpeg" in repr(comp)
-    _same(_batches(ref), _batches(comp))
-    _same(_batches(comp), _batches(comp))                      # deterministic across epochs/runs
+    same_batches(_batches(ref), _batches(comp))
+    same_batches(_batches(comp), _batches(comp))                      # deterministic across epochs/runs
     sub_c, sub_r = comp.subset([4, 0, 2]), ref.subset([4, 0, 2])
     assert sub_c.streams["cam"].frames.data.nbytes < comp.streams["cam"].frames.data.nbytes   # its own bytes
-    _same(_batches(sub_r), _batches(sub_c))
+    same_batches(_batches(sub_r), _batches(sub_c))
     # direct indexing decodes too
     assert torch.equal(comp.streams["cam"].frames[2], ref.streams["cam"].frames[2])
 
@@ -206,17 +199,7 @@ def clips(tmp_path_factory):
     paths = []
     rng = np.random.default_rng(5)
     for i, n in enumerate((7, 11)):
-        p = str(root / f"c{i}.mp4")
-        with av.open(p, "w") as c:
-            s = c.add_stream("libx264", rate=10)
-            s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-            for r in natural_rows(rng, n):
-                f = av.VideoFrame.from_ndarray(r.reshape(H * 3 // 2, W), format="yuv420p")
-                for pk in s.encode(f):
-                    c.mux(pk)
-            for pk in s.encode():
-                c.mux(pk)
-        paths.append(p)
+        paths.append(write_i420_h264(root / f"c{i}.mp4", natural_rows(rng, n), H, W))
     return paths
 
 
@@ -391,7 +374,7 @@ def test_gpu_compressed_batches(rng, name, monkeypatch):
     assert gpu.streams["cam"].frames.host_staged
     want = _batches(ref)                    # the lossless tier over FFmpeg's decode of the same bytes
     got = _batches(gpu)
-    _same(got, _batches(gpu))               # deterministic: the same bytes every epoch
+    same_batches(got, _batches(gpu))               # deterministic: the same bytes every epoch
     for x, y in zip(want, got):
         for k in x:
             assert x[k].shape == y[k].shape and x[k].dtype == y[k].dtype, k

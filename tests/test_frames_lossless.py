@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import same_batches
 import robocache
 from robocache import DataLoader, Window
 from robocache.frames import cache as fcache
@@ -66,25 +67,16 @@ def _batches(ds, windows=WINDOWS, batch=4, **kw):
                                                                     **kw)]
 
 
-def _same(a, b):
-    assert len(a) == len(b) and len(a) > 0
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-            assert torch.equal(x[k], y[k]), k
-
-
 def test_lossless_batches_equal_the_host_tier(rng):
     ll, ref = _datasets(rng)
     f = ll.streams["cam"].frames
     assert f.tier == "lossless" and f.format == "lossless" and not f.host_staged
     assert f.nbytes < ref.streams["cam"].frames.nbytes
     assert "lossless" in repr(ll)
-    _same(_batches(ref), _batches(ll))
+    same_batches(_batches(ref), _batches(ll))
     sub_l, sub_r = ll.subset([4, 0, 2]), ref.subset([4, 0, 2])
     assert sub_l.streams["cam"].frames.data.nbytes < f.data.nbytes     # its own bytes
-    _same(_batches(sub_r), _batches(sub_l))
+    same_batches(_batches(sub_r), _batches(sub_l))
     ids = torch.tensor([[2, -1], [0, len(f) - 1]])
     assert torch.equal(f.gather(ids, layout="BTCHW", size=(7, 11)), ref.streams["cam"].frames.gather(ids, layout="BTCHW",
                                                                                                      size=(7, 11)))
@@ -226,10 +218,10 @@ def test_gpu_lossless_batches_equal_the_host_tier(rng):
     f = gpu.streams["cam"].frames
     assert f.gpu is not None and f.gpu.data.is_pinned() and not f.host_staged
     want = _batches(ref)
-    _same(want, _batches(gpu))
-    _same(want, _batches(gpu, cuda_graph=False))
+    same_batches(want, _batches(gpu))
+    same_batches(want, _batches(gpu, cuda_graph=False))
     sub_g, sub_r = gpu.subset([3, 1]), ref.subset([3, 1])
-    _same(_batches(sub_r), _batches(sub_g))
+    same_batches(_batches(sub_r), _batches(sub_g))
 
 
 @pytest.mark.cuda
@@ -270,4 +262,4 @@ def test_gpu_real_set_lossless_equals_host(DATA):
     host = robocache.Dataset.from_lerobot(root, episodes=[0], device="cpu", frames="host")
     ll = robocache.Dataset.from_lerobot(root, episodes=[0], device="cuda", frames="lossless")
     windows = {"img": Window(KEY, offsets=[-0.1, 0.0], layout="BTCHW", resize=(180, 320))}
-    _same(_batches(host, windows, batch=8), _batches(ll, windows, batch=8))
+    same_batches(_batches(host, windows, batch=8), _batches(ll, windows, batch=8))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import same_batches
 import robocache
 from robocache import DataLoader, Window
 from robocache.frames import plan as fplan
@@ -56,16 +57,6 @@ def _batches(ds, **kw):
     return [{k: v.cpu() for k, v in b.items()} for b in DataLoader(ds, 4, shuffle=True, seed=3, windows=WINDOWS, **kw)]
 
 
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-            assert x[k].stride() == y[k].stride(), k
-            assert torch.equal(x[k], y[k]), k
-
-
 @pytest.mark.parametrize("fmt", ["rgb", "yuv420"])
 def test_disk_tier_equals_memory_on_cpu(rng, tmp_path, fmt):
     eps, ctimes = _episodes(rng)
@@ -73,11 +64,11 @@ def test_disk_tier_equals_memory_on_cpu(rng, tmp_path, fmt):
     mem = _dataset(eps, ctimes, rows, fmt, "cpu", "cpu", tmp_path)
     disk = _dataset(eps, ctimes, rows, fmt, "disk", "cpu", tmp_path)
     assert mem.streams["cam"].frames.tier == "cpu" and disk.streams["cam"].frames.tier == "disk"
-    _same(_batches(mem), _batches(disk))
+    same_batches(_batches(mem), _batches(disk), strides=True)
     # a subset of a disk store maps the same file (a row map, no copy) and still agrees
     sub_m, sub_d = mem.subset([3, 1]), disk.subset([3, 1])
     assert sub_d.streams["cam"].frames.data.data_ptr() == disk.streams["cam"].frames.data.data_ptr()
-    _same(_batches(sub_m), _batches(sub_d))
+    same_batches(_batches(sub_m), _batches(sub_d), strides=True)
 
 
 @pytest.mark.parametrize("rows", [[], [5], [3, 4, 5, 0, 1, 9], [7, 6, 5], [2, 2, 3, 3], list(range(12)),
@@ -245,7 +236,7 @@ def test_gpu_tiers_equal_cpu(rng, tmp_path, fmt):
         ds = _dataset(eps, ctimes, rows, fmt, tier, "cuda", tmp_path)
         assert ds.streams["cam"].frames.tier == tier
         for graph in (True, False):
-            _same(want, _batches(ds, cuda_graph=graph))
+            same_batches(want, _batches(ds, cuda_graph=graph), strides=True)
 
 
 @pytest.mark.cuda

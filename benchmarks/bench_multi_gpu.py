@@ -15,6 +15,10 @@ the same as ranks are added, so flat per-rank rates are perfect scaling) and the
   compressed  the same frames as JPEG bytes in host RAM, decoded per batch (nvJPEG on the GPU)
   lossless    camera-like generated frames (bench_scale.camera_pool: random bytes do not compress) coded
               losslessly, bytes in pinned host RAM, decoded per batch on the GPU (cuda/lossless.cu)
+  copy        no loader: the host tier's hardware floor. Each rank copies a batch of its frames' bytes
+              from pinned host memory to its GPU per step (one cudaMemcpyAsync), all ranks at once;
+              samples/s = bytes/s over one frame's bytes. Where the host tier loses per rank as ranks
+              are added and this loses as much, the bound is the machine's (PCIe, host memory), not ours.
 
 Each (set, world size) is timed twice: the loader alone (batches taken and waited for), and with a DDP
 step of a small policy (a conv embedding of the frame + MLPs, gradients all-reduced every step).
@@ -26,6 +30,7 @@ coded once from a pool of ``--pool`` frames for the compressed tier.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import socket
@@ -49,7 +54,7 @@ from robocache import Window  # noqa: E402
 from robocache.frames import numa  # noqa: E402
 
 STATE, ACTION, CHUNK, FPS = 14, 7, 16, 10.0
-TIERS = ("lowdim", "device", "host", "compressed", "lossless")
+TIERS = ("lowdim", "device", "host", "compressed", "lossless", "copy")
 
 
 def dataset(cfg: dict, world: int, tier: str) -> robocache.Dataset:
@@ -148,7 +153,28 @@ def rate(loader, dev, batches: int, warm: int, step=None) -> float:
     return n / (time.perf_counter() - t)
 
 
+def copy_rate(cfg: dict, dev, batches: int, warm: int) -> float:
+    """This rank's pinned host -> GPU copy rate in frames/s: a batch of frames (contiguous bytes of a
+    pinned buffer of 8 batches, cycled) per cudaMemcpyAsync. All ranks start timing together."""
+    from robocache.frames.pinned import pinned_empty
+    from robocache.frames.store import yuv420_bytes
+    frame = yuv420_bytes(cfg["height"], cfg["width"])
+    src = pinned_empty((8, cfg["batch"] * frame), fill=lambda a: a.fill(7))
+    dst = torch.empty(cfg["batch"] * frame, dtype=torch.uint8, device=dev)
+    for i in range(warm):
+        dst.copy_(src[i % 8], non_blocking=True)
+    sync(dev)
+    dist.barrier()
+    t = time.perf_counter()
+    for i in range(batches):
+        dst.copy_(src[i % 8], non_blocking=True)
+    sync(dev)
+    return batches * cfg["batch"] / (time.perf_counter() - t)
+
+
 def rank_main(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
+    # a benchmark never hangs silently: past --watchdog seconds every rank prints its stack and exits
+    faulthandler.dump_traceback_later(cfg["watchdog"], exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     gpu = cfg["backend"] == "nccl"
     if gpu:
@@ -160,6 +186,12 @@ def rank_main(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
     torch.manual_seed(0)
     rows = []
     for tier in cfg["tiers"]:
+        if tier == "copy":
+            rows.append({"tier": tier, "ddp": False, "rank": rank, "build_s": 0.0, "shard_samples": 0,
+                         "samples_per_s": copy_rate(cfg, dev, cfg["batches"], cfg["warm"])})
+            if rank == 0:
+                print(f"  {world} rank(s), copy: rank 0 {rows[-1]['samples_per_s']:,.0f} frames/s", flush=True)
+            continue
         ds = dataset(cfg, world, tier)
         t = time.perf_counter()
         loader = robocache.DataLoader(ds, cfg["batch"], seed=0, windows=windows(tier), drop_last=True,
@@ -180,6 +212,9 @@ def rank_main(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
             r = rate(loader, dev, cfg["batches"], cfg["warm"], step if ddp_step else None)
             rows.append({"tier": tier, "ddp": ddp_step, "rank": rank, "samples_per_s": r, "build_s": build_s,
                          "shard_samples": loader.num_samples})
+            if rank == 0:
+                print(f"  {world} rank(s), {tier}, DDP step {ddp_step}: rank 0 {r:,.0f} samples/s "
+                      f"(shard built in {build_s:.2f} s)", flush=True)
         del loader, ddp, model, opt
         if gpu:
             torch.cuda.empty_cache()
@@ -189,6 +224,7 @@ def rank_main(rank: int, world: int, port: int, cfg: dict, out: str) -> None:
         Path(out).write_text(json.dumps([r for per in got for r in per]))
     dist.barrier()
     dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 def free_port() -> int:
@@ -242,6 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--height", type=int, default=480)
     ap.add_argument("--width", type=int, default=640)
     ap.add_argument("--pool", type=int, default=256, help="distinct frames (coded once for the compressed tier)")
+    ap.add_argument("--watchdog", type=float, default=300,
+                    help="seconds a world size may take before its ranks print their stacks and exit")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true",
                     help="CI: ranks 1 and 2 on the CPU over gloo, every set at toy size (not a measurement)")
@@ -267,6 +305,7 @@ def main(argv=None) -> int:
     cfg = {"backend": "nccl" if gpu else "gloo", "ranks": ranks, "tiers": tiers, "batch": args.batch,
            "batches": args.batches, "warm": args.warm, "episodes_per_rank": args.episodes_per_rank,
            "steps": args.steps, "height": args.height, "width": args.width, "pool": args.pool,
+           "watchdog": args.watchdog,
            "device_name": torch.cuda.get_device_name(0) if gpu else "CPU (gloo; smoke run, not a measurement)"}
     res = run(cfg)
     res["numa"] = {"nodes": numa.nodes(), "gpu_node": [numa.gpu_node(i) for i in range(max(ranks))] if gpu else [],

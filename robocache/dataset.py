@@ -544,17 +544,19 @@ class Dataset:
         e %= E
         return {n: s.episode(e) for n, s in self.streams.items()}
 
-    def subset(self, episodes: Sequence[int]) -> "Dataset":
-        """A Dataset of only ``episodes`` (indices into this one, in that order), copied on the
-        same device: ``ds.subset(mine).to("cuda")`` puts just a rank's shard on its GPU.
+    def subset(self, episodes: Sequence[int], device=None) -> "Dataset":
+        """A Dataset of only ``episodes`` (indices into this one, in that order), copied onto ``device``
+        (default: this one's): ``ds.subset(mine, device="cuda")`` puts just a rank's shard on its GPU,
+        its frames copied once (as ``ds.subset(mine).to("cuda")``, without the copy in between).
         ``stats`` stay the full dataset's. ``Episode.index`` keeps the original index."""
         eps = np.asarray(list(episodes), dtype=np.int64).reshape(-1)
         E = len(self)
         if eps.size and (eps.min() < -E or eps.max() >= E):
             raise IndexError(f"episodes: index out of range for {E} episodes")
         eps %= max(E, 1)
-        streams = {n: s.subset(eps) for n, s in self.streams.items()}
-        out = Dataset(streams, [self.episodes[e] for e in eps], device=self.device,
+        dest = self.device if device is None else resolve_device(device)
+        streams = {n: s.subset(eps, dest) for n, s in self.streams.items()}
+        out = Dataset(streams, [self.episodes[e] for e in eps], device=dest,
                       time_origin_ns=self.time_origin_ns, source=self.source, tasks=self.tasks)
         out.meta = self.meta
         return out

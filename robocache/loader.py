@@ -171,7 +171,7 @@ class DataLoader:
         # the whole set, when this loader shards it: a resume at another world size may need episodes
         # of other ranks' shards for the rest of its epoch (load_state_dict)
         dataset, shard, held, self._whole = _rank_share(dataset, windows, anchor, rate, self.rank, self.world_size,
-                                                        self.shard_episodes)
+                                                        self.shard_episodes, device)
         self._move_to = device
         if device is not None:
             dataset = dataset.to(device)
@@ -223,7 +223,7 @@ class DataLoader:
         run of the samples left as well as its shard's (a copy of the whole set's, as at construction)."""
         held = held_for_rest(self._table, self._whole, epoch, segments)
         if held is not None:
-            ds = self._whole if held.size == len(self._whole) else self._whole.subset(held)
+            ds = self._whole if held.size == len(self._whole) else self._whole.subset(held, self._move_to)
             self._bind(ds if self._move_to is None else ds.to(self._move_to), self._table.shard, held)
 
     # --- samples -------------------------------------------------------------------------
@@ -343,9 +343,11 @@ class DataLoader:
                 f"shuffle={self.shuffle}, {where}, keys={list(self.windows)}, device {self.device})")
 
 
-def _rank_share(dataset: Dataset, windows: Mapping, anchor, rate, rank: int, world: int, shard_episodes: bool):
-    """``(dataset, shard, held, whole)``: the dataset this rank holds; with ``shard_episodes`` the whole set's
-    split (shard.Shard), this rank's episodes in it, and the whole set when this loader cut it (an elastic
+def _rank_share(dataset: Dataset, windows: Mapping, anchor, rate, rank: int, world: int, shard_episodes: bool,
+                device):
+    """``(dataset, shard, held, whole)``: the dataset this rank holds (with ``shard_episodes``, its episodes
+    copied straight onto ``device`` when one is given); with ``shard_episodes`` the whole set's split
+    (shard.Shard), this rank's episodes in it, and the whole set when this loader cut it (an elastic
     resume may need other ranks' episodes)."""
     if getattr(dataset, "shard", None) is not None:     # loaded as this rank's episodes
         return (dataset, *loaded_shard(dataset, anchor, rate, rank, world, shard_episodes), None)
@@ -354,7 +356,7 @@ def _rank_share(dataset: Dataset, windows: Mapping, anchor, rate, rank: int, wor
     # at one rank too: a state saved at several ranks replays their shards (elastic resume)
     names = list(dict.fromkeys(n for w in windows.values()
                                for n in ([w] if isinstance(w, str) else getattr(w, "names", []))))
-    ds, shard, held = episode_shard(dataset, episode_counts(dataset, anchor, rate, names), rank, world)
+    ds, shard, held = episode_shard(dataset, episode_counts(dataset, anchor, rate, names), rank, world, device)
     return ds, shard, held, dataset
 
 

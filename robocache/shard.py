@@ -197,16 +197,17 @@ def runs(ids: np.ndarray, world: int) -> list[np.ndarray]:
     return [ids[cut[r]:cut[r + 1]] for r in range(world)]
 
 
-def episode_shard(ds, counts, rank: int, world: int):
-    """This rank's episodes of ``ds`` (``ds.subset``, which it keeps), the :class:`Shard` of the whole set
-    and the kept episodes' positions in ``ds`` (sorted); ``counts``: the loader's samples per episode."""
+def episode_shard(ds, counts, rank: int, world: int, device=None):
+    """This rank's episodes of ``ds`` (``ds.subset``, which it keeps, copied onto ``device``), the
+    :class:`Shard` of the whole set and the kept episodes' positions in ``ds`` (sorted); ``counts``: the
+    loader's samples per episode."""
     shard = Shard(counts, _episode_weights(ds, counts))
     sizes = np.array([p.size for p in shard.plan(world)])
     if sizes.max() and sizes.min() == 0:
         raise ValueError(f"shard_episodes: {int((sizes == 0).sum())} of {world} ranks get no "
                          f"samples ({len(ds)} episodes, {shard.n} samples); use shard_episodes=False")
     held = np.unique(shard.episode_of(shard.plan(world)[rank]))
-    return (ds if held.size == len(ds) else ds.subset(held)), shard, held
+    return (ds if held.size == len(ds) else ds.subset(held, device)), shard, held
 
 
 def loaded_shard(ds, anchor, rate, rank: int, world: int, shard_episodes: bool):

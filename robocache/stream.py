@@ -297,8 +297,10 @@ class Stream:
     def to(self, device) -> "Stream":
         """A copy of the stream on ``device`` (self when it is there already)."""
         device = resolve_device(device)
-        if device == self.device:
-            return self
+        return self if device == self.device else self._moved(device)
+
+    def _moved(self, device) -> "Stream":
+        """The stream with every tensor on ``device`` (frames already there stay: FrameStore.to)."""
         move = lambda t: None if t is None else t.to(device)
         fs = None
         if self.file_stats is not None:
@@ -311,12 +313,14 @@ class Stream:
         self._share_stats(s)
         return s
 
-    def subset(self, episodes: Sequence[int] | np.ndarray) -> "Stream":
-        """The stream with only ``episodes`` (in that order), copied on the same device.
+    def subset(self, episodes: Sequence[int] | np.ndarray, device=None) -> "Stream":
+        """The stream with only ``episodes`` (in that order), copied onto ``device`` (default: this
+        stream's; frames are copied once, straight there: FrameStore.subset).
         Statistics and the measured rate are the full stream's, so a shard normalizes
         exactly as the whole dataset does (the statistics computed when first asked for: the
         subset holds the full stream until then)."""
         torch = _torch()
+        dest = self.device if device is None else resolve_device(device)
         eps = np.asarray(episodes, dtype=np.int64).reshape(-1)
         off = self.offsets_host
         lengths = off[eps + 1] - off[eps]
@@ -332,7 +336,7 @@ class Stream:
             frame_offsets = put(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
             values = self.values[put(_ranges(fo[rows], sizes))]
         elif isinstance(self.values, FrameStore):
-            values = self.values.subset(rows)
+            values = self.values.subset(rows, device=dest)
         else:
             values = self.values[put(rows)]
         s = Stream(self.name, self.kind, self.mode, values, times, put(offsets), frame_offsets=frame_offsets,
@@ -340,7 +344,7 @@ class Stream:
                    nominal_rate=self.nominal_rate, vocab=self.vocab)
         self._share_stats(s)
         s._cache["rate"] = self.rate
-        return s
+        return s if dest == self.device else s._moved(dest)
 
     def frame_ids(self):
         """``arange(num_samples)`` int64 on the device (cached): resampled, it picks frames."""

@@ -261,3 +261,34 @@ def test_host_tier_epoch_without_sync(rng, tmp_path):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert n == len(loader) and loader._batches.graph is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tier", ["cpu", "host", "disk"])
+def test_subset_onto_the_gpu_copies_once(rng, tmp_path, monkeypatch, tier):
+    """``ds.subset(eps, device="cuda")`` (a rank's shard, issue 31 item 2) equals ``ds.subset(eps).to("cuda")``
+    and copies the frames once, straight to where they live: a host-tier shard into pinned memory (never
+    plain memory pinned after), a CPU one into GPU memory (device tier)."""
+    if not torch.cuda.is_available() or not robocache.build_info()["cuda"]:
+        pytest.skip("needs a GPU and a CUDA build")
+    from robocache.frames import pinned
+    eps, ctimes = _episodes(rng, E=6)
+    rows = _rows(rng, sum(len(t) for t in ctimes), "yuv420")
+    if tier == "host":      # in plain memory, as a set built on the CPU before the loader shards it
+        store = FrameStore(torch.from_numpy(rows), format="yuv420", height=H, width=W, channels=3, tier="host",
+                           device="cpu", matrix="bt709")
+        ds = robocache.Dataset.from_episodes(eps, device="cpu", frames={"cam": (store, ctimes)})
+        assert not ds.streams["cam"].frames.data.is_pinned()
+    else:
+        ds = _dataset(eps, ctimes, rows, "yuv420", tier, "cpu", tmp_path)
+    mine = [4, 1, 2]
+    want = _batches(ds.subset(mine).to("cuda"))
+    monkeypatch.setattr(pinned, "pin", lambda t: pytest.fail("the shard was copied twice (pinned after)"))
+    sub = ds.subset(mine, device="cuda")
+    f = sub.streams["cam"].frames
+    assert sub.device.type == "cuda" and all(s.device.type == "cuda" for s in sub.streams.values())
+    assert f.tier == {"cpu": "device", "host": "host", "disk": "disk"}[tier]
+    if tier == "host":
+        assert f.data.is_pinned() and f.device.type == "cuda"
+    same_batches(want, _batches(sub), strides=True)
+    same_batches(_batches(ds.subset(mine)), _batches(sub), strides=True)

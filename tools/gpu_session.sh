@@ -8,8 +8,11 @@
 #   bash tools/gpu_session.sh tiers     # build, then bench_tiers.py + bench_ingest.py on the real AV1 set
 #                                       # (SKIP_INGEST=1: bench_tiers only, when both do not fit 10 minutes)
 #   bash tools/gpu_session.sh multi     # on a 4-GPU kind: the NUMA/PCIe layout, the multi-GPU tests (NCCL
-#                                       # elastic resume 2->3, 3->1; 2 nodes x 2 GPUs), bench_multi_gpu.py at
-#                                       # 1, 2, 4 ranks with pinned frames on the GPU's node and without
+#                                       # elastic resume 2->3, 3->1; 2 nodes x 2 GPUs), the shard build of a
+#                                       # 9 GB frame set at 2 and 4 concurrent ranks (host and device tiers)
+#   bash tools/gpu_session.sh multibench  # on a 4-GPU kind: bench_multi_gpu.py at 1, 2, 4 ranks, every set and
+#                                       # the pinned-copy floor ($MULTI_TIERS), pinned frames on the GPU's node
+#                                       # (and, on a host of several NUMA nodes, without)
 #   bash tools/gpu_session.sh atlas     # one H100: the atlas tests (cuda), bench_scale.py --tiers compressed in
 #                                       # both JPEG layouts (atlas, per camera) against the torch DataLoader
 #   bash tools/gpu_session.sh lossless  # one H100: bench_scale.py --tiers lossless (the DROID-shaped set,
@@ -24,7 +27,7 @@
 # an old .cu: setup.py's depends now list cuda/*.cu, this is the belt to those braces).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi|atlas|lossless}
+part=${1:?usage: tools/gpu_session.sh tests|scale|tiers|v30|multi|multibench|atlas|lossless}
 out=${OUT:-/tmp/robocache-gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -66,11 +69,20 @@ tiers)
 multi)
     { nvidia-smi topo -m; for n in /sys/devices/system/node/node*; do echo "$n: cpus $(cat "$n/cpulist")"; done; } \
         2>&1 | tee "$out/topology.txt"
-    python3 -m pytest -m cuda -q -p no:cacheprovider -rs tests/test_distributed.py 2>&1 | tee "$out/multi-tests.txt"
-    for numa in 1 0; do
-        ROBOCACHE_PIN_NUMA=$numa python3 benchmarks/bench_multi_gpu.py --tiers "${MULTI_TIERS:-host,device,lossless}" \
-            --batches 60 --episodes-per-rank 4 --json "$out/bench_multi_gpu_numa$numa.json" 2>&1 \
-            | tee "$out/bench_multi_gpu_numa$numa.txt"
+    python3 -m pytest -m cuda -q -p no:cacheprovider -rs tests/test_distributed.py tests/test_frames_tiers.py 2>&1 \
+        | tee "$out/multi-tests.txt"
+    # a 9 GB set (64 episodes x 300 frames of 480x640 I420) sharded over 2 and over 4 ranks building at once
+    for w in 2 4; do
+        python3 benchmarks/bench_multi_gpu.py --ranks $w --tiers host,device --episodes-per-rank $((64 / w)) \
+            --batches 5 --warm 1 --json "$out/shard_build_$w.json" 2>&1 | tee "$out/shard_build_$w.txt"
+    done
+    ;;
+multibench)
+    nodes=$(ls -d /sys/devices/system/node/node* | wc -l)
+    for numa in 1 $([ "$nodes" -gt 1 ] && echo 0); do
+        ROBOCACHE_PIN_NUMA=$numa python3 benchmarks/bench_multi_gpu.py \
+            --tiers "${MULTI_TIERS:-copy,host,device,compressed,lossless}" --batches 60 --episodes-per-rank 4 \
+            --json "$out/bench_multi_gpu_numa$numa.json" 2>&1 | tee "$out/bench_multi_gpu_numa$numa.txt"
     done
     ;;
 atlas)
@@ -90,7 +102,7 @@ import bench_scale as s; print(json.dumps(s.layout_bench(torch.device('cuda', 0)
     done
     ;;
 *)
-    echo "unknown part $part (tests, scale, tiers, v30, multi, lossless)"
+    echo "unknown part $part (tests, scale, tiers, v30, multi, multibench, atlas, lossless)"
     exit 2
     ;;
 esac

@@ -32,12 +32,12 @@ SPANS = ("lossless", "jpeg")   # formats stored as variable-size frames: bytes b
 
 
 
-def _take_rows(data, rows: np.ndarray, *, pinned: bool):
-    """``data[rows]`` (rows int64 numpy), copied run by run into a new tensor (pinned when asked: filled
-    before it is registered, never copied twice). A shard's rows are whole episodes, a few long runs of
-    consecutive frames, and a slice copy is a memcpy, where ``index_select`` moves wide uint8 rows an
-    element at a time: 67 MB/s measured on 480x640 I420 frames on the 2-core machine (4.1 s for 600 frames,
-    the 11-37 s per rank of sharded construction on the H200 host)."""
+def _take_rows(data, rows: np.ndarray, *, pinned: bool, device=None):
+    """``data[rows]`` (rows int64 numpy), copied run by run into a new tensor on ``device`` (default:
+    ``data``'s; pinned when asked: filled before it is registered, never copied twice). A shard's rows are
+    whole episodes, a few long runs of consecutive frames, and a slice copy is a memcpy, where
+    ``index_select`` moves wide uint8 rows an element at a time: 67 MB/s measured on 480x640 I420 frames on
+    the 2-core machine (4.1 s for 600 frames, the 11-37 s per rank of sharded construction on the H200 host)."""
     torch = _torch()
     shape = (rows.size, *data.shape[1:])
     starts = np.flatnonzero(np.diff(rows, prepend=rows[:1] - 2) != 1)    # where a run of +1 steps begins
@@ -52,7 +52,7 @@ def _take_rows(data, rows: np.ndarray, *, pinned: bool):
     if pinned:
         from .pinned import pinned_empty
         return pinned_empty(shape, data.numpy().dtype, fill=fill)
-    out = torch.empty(shape, dtype=data.dtype, device=data.device)
+    out = torch.empty(shape, dtype=data.dtype, device=data.device if device is None else device)
     fill(out)
     return out
 
@@ -349,9 +349,30 @@ class FrameStore:
 
     # --- copies --------------------------------------------------------------------------
 
-    def subset(self, rows) -> "FrameStore":
-        """The store with only frames ``rows`` (int64 numpy, in that order). Device/host/cpu tiers copy
-        them into the same tier; a disk-tier store keeps its file and a row map."""
+    def subset(self, rows, device=None) -> "FrameStore":
+        """The store with only frames ``rows`` (int64 numpy, in that order), its batches landing on
+        ``device`` (default: this store's; as ``subset(rows).to(device)``). Device/host/cpu tiers copy the
+        rows into the same tier, once, straight to where they will live: a host-tier shard bound for a GPU
+        into pinned memory, a device-tier one into GPU memory (a copy to plain memory first, then pinned or
+        moved, made two ranks building at once take 4.5 s for a 4.4 GB shard). A disk-tier store keeps its
+        file and a row map."""
+        torch = _torch()
+        dest = self.device if device is None else torch.device(device)
+        if self.tier not in ("device", "cpu", "host") or self.format in SPANS:
+            return self._subset(rows).to(dest)
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.host_rows is not None:
+            rows = self.host_rows[rows]
+        kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
+                  matrix=self.matrix, full_range=self.full_range)
+        if self.tier == "host":
+            pinned = dest.type == "cuda" or self.data.is_pinned()
+            return FrameStore(_take_rows(self.data, rows, pinned=pinned), tier="host", device=dest, **kw)
+        return FrameStore(_take_rows(self.data, rows, pinned=False, device=dest), device=dest,
+                          tier="cpu" if dest.type == "cpu" else "device", **kw)
+
+    def _subset(self, rows) -> "FrameStore":
+        """``subset`` of a store that keeps bitstreams or a file: their bytes or rows, on this device."""
         torch = _torch()
         rows = np.asarray(rows, dtype=np.int64)
         if self.host_rows is not None:
@@ -369,12 +390,9 @@ class FrameStore:
             data, offsets = _take_spans(self.data, self.offsets, rows)
             return FrameStore(data, tier=self.tier, path=self.path, offsets=offsets, qscale=self.qscale,
                               origin=None if self.origin is None else self.origin.take(rows), **kw)
-        if self.tier in ("disk", "compressed", "lossless"):
-            r = torch.from_numpy(rows)
-            return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
-                              offsets=self.offsets, qscale=self.qscale, origin=self.origin, atlas=self.atlas, **kw)
-        return FrameStore(_take_rows(self.data, rows, pinned=self.tier == "host" and self.data.is_pinned()),
-                          tier=self.tier, **kw)
+        r = torch.from_numpy(rows)
+        return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
+                          offsets=self.offsets, qscale=self.qscale, origin=self.origin, atlas=self.atlas, **kw)
 
     def to(self, device) -> "FrameStore":
         """The store with batches landing on ``device``: a device-tier store moves; host/disk stores keep

@@ -230,6 +230,14 @@ extern "C" rc_status rc_decode_jpeg_cuda(uint8_t *out, const uint8_t *const *dat
         d->batch = s == 0 ? (int)count : 0;
         if (s != 0) st = jpeg_fail(s, "nvjpegDecodeBatchedInitialize");
     }
+    if (st == RC_OK && d->backend == NVJPEG_BACKEND_HARDWARE) {
+        /* The JPEG engines write `out` when nvjpegDecodeBatched is called, not after the work queued
+         * on `stream` before it (measured by torchcodec#1634 on H100s, nvJPEG 12.3-13.2; a device-side
+         * wait on a second stream does not gate the write either). `out` may be a block the caching
+         * allocator handed back while queued kernels still read it: only a host wait for the stream
+         * orders the write. The decode holds this thread until the frames are written anyway. */
+        st = RC_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+    }
     if (st == RC_OK) {
         int s = g_api.batched(d->handle, d->state, (const unsigned char *const *)data, lengths, dst,
                               (cudaStream_t)stream);

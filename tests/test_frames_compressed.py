@@ -426,6 +426,37 @@ def test_concurrent_decodes(rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("name", ["auto", "gpu_hybrid"])
+def test_decode_waits_for_work_queued_on_its_output(rng, name):
+    """nvJPEG's JPEG engines write when the call is made, not after the work queued on its stream
+    (torchcodec#1634). Here a kernel queued behind ~50 ms of spinning still has to read a block the
+    caching allocator then hands to the decode as its output: the read must see the old bytes, and the
+    decode its frames (decode_jpeg waits for the stream from the host before the engines write)."""
+    if not torch.cuda.is_available() or not robocache.build_info()["cuda"]:
+        pytest.skip("needs a GPU and a CUDA build")
+    from robocache._C import decode_jpeg
+    rows = natural_rows(rng, 32)
+    data, offsets = pack(encode_all(rows, H, W, 2))
+    ids = np.arange(32, dtype=np.int64)
+    want = np.empty((32, yuv420_bytes(H, W)), np.uint8)
+    decode_rows_cpu(data, offsets, ids, want, H, W)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            old = torch.full((32, yuv420_bytes(H, W)), 7, dtype=torch.uint8, device="cuda")
+            ptr = old.data_ptr()
+            torch.cuda._sleep(100_000_000)                   # ~50 ms of queued work before the read
+            total = old.sum(dtype=torch.int64)
+            del old                                          # freed while its read is still queued
+            out = torch.empty((32, yuv420_bytes(H, W)), dtype=torch.uint8, device="cuda")
+            assert out.data_ptr() == ptr                     # the same block: the hazard is real here
+            decode_jpeg(data, offsets, ids, out, height=H, width=W, backend=name)
+            stream.synchronize()
+            assert int(total) == 7 * out.numel()
+            assert np.abs(out.cpu().numpy().astype(np.int32) - want).max() <= PLANE_ATOL
+
+
+@pytest.mark.cuda
 def test_abandoned_iterators_then_an_epoch(rng):
     """Host-staged batches are made on the loader's thread, one ahead: iterators dropped after a batch
     (their prefetched batch still in flight) leave the next epoch whole and equal."""
@@ -471,8 +502,9 @@ def test_many_short_epochs_of_large_frames_never_hang(tmp_path):
     """Open bug (docs/perf-notes.md, "The compressed tier hangs"): on an H200, bench_multi_gpu's
     compressed set (480x640 noise frames, epochs of 18 batches of 64, an iterator left mid-epoch) hung
     in 9 of 21 runs, both staging threads in decode_jpeg and the consumer waiting. This is its shape
-    at test size (written after the GPU time was spent: not yet run on a GPU). Run in a child with a
-    watchdog: a hang fails here with every thread's stack instead of stopping the suite."""
+    at test size (written after the GPU time was spent: not yet run on a GPU), with the suspected fix
+    (a host wait for the stream before a hardware decode) in place. Run in a child with a watchdog: a
+    hang fails here with every thread's stack instead of stopping the suite."""
     import subprocess
     import sys
     if not torch.cuda.is_available() or not robocache.build_info()["cuda"]:

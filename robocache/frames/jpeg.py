@@ -13,8 +13,10 @@ JPEG engines when present, or the backend ``ROBOCACHE_NVJPEG_BACKEND`` names) wr
 frames' planes into a scratch I420 buffer on the loader's stream, and ``gather_frames`` makes the batch
 from it (color, layout, dtype, resize) as in every tier. The host's share per batch: a header check and
 nvJPEG's bitstream parsing of each sampled frame (and, for an entry mapped from disk, each frame's CRC on
-its first use: jpeg_check.py). On the CPU, PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is
-tested against).
+its first use: jpeg_check.py). The JPEG engines hold the calling thread until the frames are written, and
+they write without regard to the stream's queued work, so the call first waits for that stream from the
+host (cuda/jpeg.cu): the loader decodes on its staging threads, never the training thread. On the CPU,
+PyAV's MJPEG decoder (FFmpeg's, the reference the GPU decode is tested against).
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ class DataLoader:
     shard_episodes : bool
         Instead, split the episodes between ranks (heaviest first, each to the rank with the least
         so far; weight: the bytes of the episode's image frames, which vary per frame in the
-        compressed tier, else its samples) and keep only this rank's: ``ds.subset(mine)``, then
-        ``device``. When whole episodes cannot balance the ranks to 1% of an epoch, the sample table is
+        compressed tier, else its samples) and keep only this rank's: ``ds.subset(mine, device)``
+        (its frames copied once, straight to ``device``). When whole episodes cannot balance the ranks to 1% of an epoch, the sample table is
         cut into equal runs instead (an episode may then be held by two ranks, each anchoring on its own
         samples). Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
         holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks

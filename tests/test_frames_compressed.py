@@ -487,7 +487,7 @@ eps = [{"state": (rng.normal(size=(n, 3)).astype(np.float32), t)} for t in times
 ds = robocache.Dataset.from_episodes(eps, device="cuda", frames={"cam": (pool.subset(np.arange(E * n) % 64), times)})
 loader = DataLoader(ds, 64, seed=0, drop_last=True, windows={"cam": Window("cam", indices=[0], rate=10)})
 made = 0
-for leave in range(40):                 # epochs of 5 batches, left after 0..6 of them (a loop's break)
+for leave in range(150):                # epochs of 5 batches, left after 0..6 of them (a loop's break)
     for k, b in enumerate(loader):
         made += 1
         if k == leave % 7:

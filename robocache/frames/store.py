@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -363,8 +364,8 @@ class FrameStore:
         rows = np.asarray(rows, dtype=np.int64)
         if self.host_rows is not None:
             rows = self.host_rows[rows]
-        kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
-                  matrix=self.matrix, full_range=self.full_range)
+        kw: dict[str, Any] = dict(format=self.format, height=self.height, width=self.width,
+                                  channels=self.channels, matrix=self.matrix, full_range=self.full_range)
         if self.tier == "host":
             pinned = dest.type == "cuda" or self.data.is_pinned()
             return FrameStore(_take_rows(self.data, rows, pinned=pinned), tier="host", device=dest, **kw)

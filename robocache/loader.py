@@ -87,16 +87,17 @@ class DataLoader:
         with ``drop_last``); all ranks yield the same number of batches. Not with ``sampler``
         (a ``DistributedSampler`` shards by itself).
     shard_episodes : bool
-        Instead, split the episodes between ranks (heaviest first, each to the rank with the least
-        so far; weight: the bytes of the episode's image frames, which vary per frame in the
-        compressed tier, else its samples) and keep only this rank's: ``ds.subset(mine, device)``
-        (its frames copied once, straight to ``device``). When whole episodes cannot balance the ranks to 1% of an epoch, the sample table is
-        cut into equal runs instead (an episode may then be held by two ranks, each anchoring on its own
-        samples). Load the dataset on the CPU and give ``device="cuda:LOCAL_RANK"`` so each GPU
-        holds only its shard. Each rank permutes its own samples per (seed, epoch, rank); ranks
-        with fewer samples wrap (or all cut to the smallest with ``drop_last``). A dataset loaded
-        with ``Dataset.from_lerobot(..., shard_episodes=True)`` already holds only this rank's
-        episodes (never read the others'): the loader takes it as this rank's shard.
+        Instead, split the episodes between ranks (heaviest first, each to the rank with the least so
+        far; weight: the bytes of the episode's image frames, which vary per frame in the compressed
+        tier, else its samples) and keep only this rank's: ``ds.subset(mine, device)`` (its frames
+        copied once, straight to ``device``). When whole episodes cannot balance the ranks to 1% of an
+        epoch, the sample table is cut into equal runs instead (an episode may then be held by two
+        ranks, each anchoring on its own samples). Load the dataset on the CPU and give
+        ``device="cuda:LOCAL_RANK"`` so each GPU holds only its shard. Each rank permutes its own
+        samples per (seed, epoch, rank); ranks with fewer samples wrap (or all cut to the smallest with
+        ``drop_last``). A dataset loaded with ``Dataset.from_lerobot(..., shard_episodes=True)`` already
+        holds only this rank's episodes (never read the others'): the loader takes it as this rank's
+        shard.
     cuda_graph : bool
         On CUDA, capture one batch's launches in CUDA graphs (at the second batch) and replay them
         for every full batch: one launch per batch whatever the number of keys, no allocation.

@@ -359,27 +359,24 @@ class FrameStore:
         file and a row map."""
         torch = _torch()
         dest = self.device if device is None else torch.device(device)
-        if self.tier not in ("device", "cpu", "host") or self.format in SPANS:
-            return self._subset(rows).to(dest)
         rows = np.asarray(rows, dtype=np.int64)
         if self.host_rows is not None:
             rows = self.host_rows[rows]
         kw: dict[str, Any] = dict(format=self.format, height=self.height, width=self.width,
                                   channels=self.channels, matrix=self.matrix, full_range=self.full_range)
-        if self.tier == "host":
+        if self.tier == "host" and self.format not in SPANS:
             pinned = dest.type == "cuda" or self.data.is_pinned()
             return FrameStore(_take_rows(self.data, rows, pinned=pinned), tier="host", device=dest, **kw)
-        return FrameStore(_take_rows(self.data, rows, pinned=False, device=dest), device=dest,
-                          tier="cpu" if dest.type == "cpu" else "device", **kw)
+        if self.tier in ("device", "cpu") and self.format not in SPANS:
+            return FrameStore(_take_rows(self.data, rows, pinned=False, device=dest), device=dest,
+                              tier="cpu" if dest.type == "cpu" else "device", **kw)
+        return self._kept(rows, kw).to(dest)
 
-    def _subset(self, rows) -> "FrameStore":
-        """``subset`` of a store that keeps bitstreams or a file: their bytes or rows, on this device."""
+    def _kept(self, rows: np.ndarray, kw: dict) -> "FrameStore":
+        """``subset`` of a store that keeps bitstreams or a file (``rows``: storage rows): their bytes, or
+        the file and a row map, on this device."""
         torch = _torch()
-        rows = np.asarray(rows, dtype=np.int64)
-        if self.host_rows is not None:
-            rows = self.host_rows[rows]
-        kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
-                  device=self.device, matrix=self.matrix, full_range=self.full_range)
+        kw = dict(kw, device=self.device)
         if self.atlas is not None and not isinstance(self.data, np.memmap):
             # the cameras of an atlas subset with the same rows share one copy of the atlases
             part = dataclasses.replace(self.atlas, atlas=self.atlas.atlas.subset(rows, _take_spans))

@@ -242,6 +242,7 @@ for epoch in (0, 1):
     got = [next(it) for _ in range(3)]
     res["ids"][epoch] = [[int(e), float(t)] for b in got for e, t in zip(b["episode_index"], b["timestamp"])]
     res["cam"][epoch] = [int(b["cam"].sum()) for b in got]
+dist.barrier()             # every rank of the node has ingested before its cache is listed
 sources = set()
 for f in glob.glob(os.path.join(os.environ["ROBOCACHE_CACHE_DIR"], "frames", "*.json")):
     sources |= {s["path"] for s in json.load(open(f)).get("sources", [])}

@@ -429,9 +429,10 @@ def test_concurrent_decodes(rng):
 @pytest.mark.parametrize("name", ["auto", "gpu_hybrid"])
 def test_decode_waits_for_work_queued_on_its_output(rng, name):
     """nvJPEG's JPEG engines write when the call is made, not after the work queued on its stream
-    (torchcodec#1634). Here a kernel queued behind ~50 ms of spinning still has to read a block the
-    caching allocator then hands to the decode as its output: the read must see the old bytes, and the
-    decode its frames (decode_jpeg waits for the stream from the host before the engines write)."""
+    (torchcodec#1634). Here a kernel queued behind ~50 ms of spinning still has to read the block
+    handed to the decode as its output (as the caching allocator hands a freed block on while its
+    reads are queued): the read must see the old bytes, and the decode its frames (decode_jpeg waits
+    for the stream from the host before the engines write)."""
     if not torch.cuda.is_available() or not robocache.build_info()["cuda"]:
         pytest.skip("needs a GPU and a CUDA build")
     from robocache._C import decode_jpeg
@@ -443,13 +444,9 @@ def test_decode_waits_for_work_queued_on_its_output(rng, name):
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for _ in range(3):
-            old = torch.full((32, yuv420_bytes(H, W)), 7, dtype=torch.uint8, device="cuda")
-            ptr = old.data_ptr()
+            out = torch.full((32, yuv420_bytes(H, W)), 7, dtype=torch.uint8, device="cuda")
             torch.cuda._sleep(100_000_000)                   # ~50 ms of queued work before the read
-            total = old.sum(dtype=torch.int64)
-            del old                                          # freed while its read is still queued
-            out = torch.empty((32, yuv420_bytes(H, W)), dtype=torch.uint8, device="cuda")
-            assert out.data_ptr() == ptr                     # the same block: the hazard is real here
+            total = out.sum(dtype=torch.int64)               # queued: reads the block the decode writes
             decode_jpeg(data, offsets, ids, out, height=H, width=W, backend=name)
             stream.synchronize()
             assert int(total) == 7 * out.numel()

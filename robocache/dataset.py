@@ -172,7 +172,9 @@ class Dataset:
         Parameters
         ----------
         path : str or PathLike
-            The dataset root (holding ``meta/info.json``).
+            The dataset root (holding ``meta/info.json``), or a Hub repo id (``"lerobot/pusht"``) of a set
+            LeRobot has downloaded (``$HF_LEROBOT_HOME/<repo_id>``, where ``LeRobotDataset(repo_id)`` keeps
+            it). robocache reads local files only: a set not there is an error saying how to fetch it.
         load_video : bool
             Decode the video features once, at load, into image streams (default). False leaves
             videos out. Frames are kept as YUV 4:2:0, as the decoder hands them back (1.5 bytes per
@@ -227,13 +229,14 @@ class Dataset:
         Streams keep LeRobot's keys (``observation.state``, ``action``,
         ``observation.images.ego_view``); times are the ``timestamp`` column (seconds).
         """
-        from .readers import read_lerobot
+        from .readers import lerobot_root, read_lerobot
         from .video import check_resize, resolve_backend
         video_resize = check_resize(video_resize)
         if load_video:
             resolve_backend(video_backend)      # a bad name or no decoder: before anything is read
         if video_timestamps not in ("pts", "parquet"):
             raise ValueError(f"video_timestamps must be 'pts' or 'parquet', got {video_timestamps!r}")
+        path = lerobot_root(path)           # a folder, or a Hub repo id LeRobot has downloaded
         shard = None
         if shard_episodes:
             episodes, shard = _lerobot_shard(path, shard_episodes, episodes, video_resize)

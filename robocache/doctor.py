@@ -660,6 +660,10 @@ def diagnose(source, *, gap: float | None = None, gap_factor: float = 5.0, windo
                        feature_names={n: s.feature_names for n, s in source.streams.items() if s.feature_names},
                        gap=gap, gap_factor=gap_factor, window=window)
         return report
+    if not isinstance(source, (list, tuple)) and not Path(os.fspath(source)).exists():
+        from .readers import is_repo_id, lerobot_root
+        if is_repo_id(source):
+            source = lerobot_root(source)       # a set LeRobot downloaded; else the error says how to fetch it
     fmt = format or detect(source)
     name = source if isinstance(source, (list, tuple)) else os.fspath(source)
     report = Report(", ".join(map(str, name)) if isinstance(name, (list, tuple)) else str(name), fmt)

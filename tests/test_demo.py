@@ -2,6 +2,7 @@
 generated multi-rate dataset and with the GR00T LeRobot fixture."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,6 +87,49 @@ def demo_lerobot(tmp_path_factory):
     pytest.importorskip("pyarrow")
     pytest.importorskip("av")
     return demo.write_lerobot(tmp_path_factory.mktemp("demo") / "set", num_episodes=4, seed=3)
+
+
+def test_from_lerobot_finds_a_repo_id_where_lerobot_downloaded_it(demo_lerobot, tmp_path, monkeypatch):
+    """``from_lerobot("owner/name")`` reads LeRobot's downloaded copy, in the folder LeRobot's own
+    constants name ($HF_LEROBOT_HOME, else $HF_HOME/lerobot, else $XDG_CACHE_HOME/huggingface/lerobot);
+    a local folder of that name comes first; a set in neither is an error giving the download command."""
+    import shutil
+
+    import robocache
+    from robocache.readers import ReaderError, lerobot_home, lerobot_root
+    for var in ("HF_LEROBOT_HOME", "HF_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert lerobot_home() == tmp_path / "user" / ".cache" / "huggingface" / "lerobot"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert lerobot_home() == tmp_path / "xdg" / "huggingface" / "lerobot"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert lerobot_home() == tmp_path / "hf" / "lerobot"
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot-home"))
+    assert lerobot_home() == tmp_path / "lerobot-home"
+
+    cached = tmp_path / "lerobot-home" / "someone" / "demo_set"
+    shutil.copytree(demo_lerobot, cached)
+    monkeypatch.chdir(tmp_path)
+    assert lerobot_root("someone/demo_set") == cached
+    by_id = robocache.Dataset.from_lerobot("someone/demo_set", load_video=False, device="cpu")
+    by_path = robocache.Dataset.from_lerobot(demo_lerobot, load_video=False, device="cpu")
+    assert by_id.episode_index.tolist() == by_path.episode_index.tolist() == [0, 1, 2, 3]
+    assert np.array_equal(by_id.streams["action"].values, by_path.streams["action"].values)
+
+    from robocache.doctor import diagnose
+    report = diagnose("someone/demo_set")                    # `python -m robocache doctor owner/name` too
+    assert report.format == "lerobot" and report.source == str(cached)
+
+    local = tmp_path / "someone" / "demo_set"          # a folder of that name here is read first
+    shutil.copytree(demo_lerobot, local)
+    assert lerobot_root("someone/demo_set") == Path("someone/demo_set")
+    with pytest.raises(ReaderError, match=r"someone/absent: no such dataset folder, nor LeRobot's downloaded copy "
+                       r".*lerobot-home/someone/absent.*`hf download someone/absent --repo-type dataset"):
+        robocache.Dataset.from_lerobot("someone/absent", load_video=False, device="cpu")
+    for not_an_id in ("./someone/absent", "a/b/c", "/abs/path"):
+        with pytest.raises(ReaderError, match=r": no such dataset folder$"):
+            lerobot_root(not_an_id)
 
 
 def test_write_lerobot_layout_is_lerobots_v30(demo_lerobot, DATA):

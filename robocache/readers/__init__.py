@@ -14,11 +14,12 @@ robomimic / diffusion-policy semantics: docs/dataset.md, "Readers".
 from __future__ import annotations
 
 from ._common import Episodes, ReaderError
-from .lerobot import read_lerobot, read_modality, read_stats
+from .lerobot import is_repo_id, lerobot_home, lerobot_root, read_lerobot, read_modality, read_stats
 from .robomimic import read_robomimic
 from .rosbag import read_rosbag
 from ..video import available_backends, decode_video, decode_videos
 from .zarr_store import read_zarr
 
-__all__ = ["Episodes", "ReaderError", "available_backends", "decode_video", "decode_videos", "read_lerobot",
-           "read_modality", "read_robomimic", "read_rosbag", "read_stats", "read_zarr"]
+__all__ = ["Episodes", "ReaderError", "available_backends", "decode_video", "decode_videos", "is_repo_id",
+           "lerobot_home", "lerobot_root", "read_lerobot", "read_modality", "read_robomimic", "read_rosbag",
+           "read_stats", "read_zarr"]

@@ -545,11 +545,43 @@ def _read_all(files, workers: int) -> dict:
         return dict(zip(files, pool.map(read_parquet, files)))
 
 
+def lerobot_home() -> Path:
+    """LeRobot's folder of downloaded sets, as LeRobot reckons it: ``$HF_LEROBOT_HOME``, else
+    ``$HF_HOME/lerobot`` (``$HF_HOME``: else ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``)."""
+    hf_home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+    return Path(os.environ.get("HF_LEROBOT_HOME") or Path(os.path.expandvars(os.path.expanduser(hf_home))) / "lerobot"
+                ).expanduser()
+
+
+def is_repo_id(path) -> bool:
+    """Whether ``path`` reads as a Hub repo id (``owner/name``: one slash, no leading ``/``, ``.`` or ``~``)."""
+    text = os.fspath(path)
+    parts = text.split("/") if isinstance(text, str) else []
+    return len(parts) == 2 and all(parts) and not text.startswith((".", "~")) and ":" not in text
+
+
+def lerobot_root(path) -> Path:
+    """The folder of the set ``path`` names: ``path`` itself when it is a folder; else, for a Hub repo id
+    (``"lerobot/pusht"``), LeRobot's downloaded copy ``lerobot_home() / repo_id``, as ``LeRobotDataset(repo_id)``
+    finds it. Neither: ReaderError saying how to fetch the set (robocache reads local files only)."""
+    root = Path(os.fspath(path))
+    if root.is_dir():
+        return root
+    if is_repo_id(path):
+        text = os.fspath(path)
+        cached = lerobot_home() / text
+        if cached.is_dir():
+            return cached
+        raise ReaderError(f"{text}: no such dataset folder, nor LeRobot's downloaded copy {cached}. robocache "
+                          f"reads local files: fetch the set once, e.g. `hf download {text} --repo-type dataset "
+                          f"--local-dir {cached}`, or pass the folder's path")
+    raise ReaderError(f"{root}: no such dataset folder")
+
+
 def _open_info(path):
     """``(root, info_path, info, major version)`` of a LeRobot set folder, or ReaderError."""
-    root = Path(os.fspath(path))
-    if not root.is_dir():
-        raise ReaderError(f"{root}: no such dataset folder")
+    root = lerobot_root(path)
     info_path = root / "meta" / "info.json"
     if not info_path.is_file():
         raise ReaderError(f"{info_path}: file not found; {root} is not a LeRobot dataset (meta/info.json is missing)")

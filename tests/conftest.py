@@ -44,8 +44,8 @@ except ModuleNotFoundError:
 #: GCC 12's libasan (CI's sanitizer suite preloads it) has no fork interceptor and no atfork handler
 #: (`nm -D libasan.so`: vfork only), so its allocator is not locked around fork(): a decode process forked
 #: while another thread of the parent allocates can wait on that lock forever. Seen once in CI's sanitizer
-#: suite (test_decode_processes_hold_no_lock_of_the_cache: a forked decode process stalled for 300 s);
-#: never outside it. Under it, tests stop where they would fork decode processes, skipped.
+#: suite (test_decode_processes_hold_no_lock_of_the_cache: a forked decode process stalled for 300 s),
+#: not seen outside it. Under it, tests stop where they would fork decode processes, skipped.
 FORKS_DEADLOCK = "libasan" in os.environ.get("LD_PRELOAD", "")
 FORKS_DEADLOCK_WHY = "forks decode processes: under GCC 12's ASan a fork of a threaded process can deadlock"
 

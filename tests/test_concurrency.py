@@ -148,9 +148,10 @@ def references(a):
     return r
 
 
-def run_threads(jobs, rounds, expected, side=None):
+def run_threads(jobs, rounds, expected, side=None, until=None):
     """Each job on its own thread, `rounds` calls, all started together (plus `side(stop)` on
-    one more thread until the jobs are done); returns the failures."""
+    one more thread until the jobs are done); with `until` (an Event), the jobs go on calling
+    past `rounds` until it is set. Returns the failures."""
     failures = []
     barrier = threading.Barrier(len(jobs) + (side is not None))
     stop = threading.Event()
@@ -159,10 +160,12 @@ def run_threads(jobs, rounds, expected, side=None):
         name, fn = jobs[k]
         try:
             barrier.wait()
-            for i in range(rounds):
+            i = 0
+            while i < rounds or (until is not None and not until.is_set()):
                 if as_bytes(fn()) != expected[k]:
                     failures.append(f"{name}: result differs from the serial one at call {i}")
                     return
+                i += 1
         except Exception as e:  # noqa: BLE001 - reported with its thread
             failures.append(f"{name}: {e!r}")
 
@@ -211,16 +214,21 @@ def test_set_num_threads_while_calls_run(rng, restore_threads):
     jobs = make_jobs(make_arrays(rng))
     expected = [as_bytes(fn()) for _, fn in jobs]
     changes = [0]
+    sizes = [1, 3, 16, 2, 8, 1, 5, 4]
+    # The calls go on until every size was set twice: on a loaded 2-core machine a change waits
+    # for the pool to be free, and 40 rounds once saw only 8 changes.
+    cycled = threading.Event()
 
     def toggler(stop):
-        sizes = [1, 3, 16, 2, 8, 1, 5, 4]
         while not stop.is_set():
             robocache.set_num_threads(sizes[changes[0] % len(sizes)])
             changes[0] += 1
+            if changes[0] >= 2 * len(sizes):
+                cycled.set()
             time.sleep(0.0005)
 
-    failures = run_threads(jobs, ROUNDS, expected, side=toggler)
-    assert changes[0] > 10, "the pool size barely changed during the run"
+    failures = run_threads(jobs, ROUNDS, expected, side=toggler, until=cycled)
+    assert changes[0] >= 2 * len(sizes), "the pool size barely changed during the run"
     assert not failures, failures[:5]
 
 

@@ -31,7 +31,7 @@ import torch
 from ._util import current_gpu
 from .dataset import Dataset
 from .loader import DataLoader as RobocacheLoader
-from .readers.lerobot import load_json, load_jsonl
+from .readers.lerobot import lerobot_home, load_json, load_jsonl
 
 __all__ = ["DataLoader", "TrainSet", "V2Meta", "feeding", "main", "make_dataset"]
 
@@ -248,12 +248,12 @@ def make_dataset(cfg) -> TrainSet:
     The same reading of ``cfg``: ``delta_timestamps`` from the policy's delta indices
     (``resolve_delta_timestamps``), ``cfg.dataset.episodes``, ``cfg.tolerance_s``, ImageNet statistics for the
     cameras with ``use_imagenet_stats`` (the default), ``image_transforms`` when enabled (off by default).
-    The set is read from ``cfg.dataset.root``, else LeRobot's cache folder ``HF_LEROBOT_HOME / repo_id``: a set
+    The set is read from ``cfg.dataset.root``, else LeRobot's cache folder ``HF_LEROBOT_HOME / repo_id``
+    (:func:`~robocache.readers.lerobot.lerobot_home`, LeRobot's formula): a set
     not there yet is an error saying how to download it. ``video_backend`` and ``revision`` do not apply
     (robocache decodes the local files itself); ``streaming`` is refused."""
     from lerobot.datasets.factory import IMAGENET_STATS, resolve_delta_timestamps
     from lerobot.datasets.transforms import ImageTransforms
-    from lerobot.utils.constants import HF_LEROBOT_HOME
 
     data = cfg.dataset
     if not isinstance(data.repo_id, str):
@@ -261,7 +261,7 @@ def make_dataset(cfg) -> TrainSet:
     if data.streaming:
         raise ValueError("--dataset.streaming=true: robocache loads the set onto the device instead of streaming "
                          "it; leave streaming off")
-    root = Path(data.root) if data.root else HF_LEROBOT_HOME / data.repo_id
+    root = Path(data.root) if data.root else lerobot_home() / data.repo_id
     if not (root / "meta" / "info.json").is_file():
         raise FileNotFoundError(f"{root}: no LeRobot set there (meta/info.json). robocache reads a local copy: "
                                 f"pass --dataset.root=PATH, or download it first, e.g. `hf download {data.repo_id} "

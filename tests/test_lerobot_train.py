@@ -29,6 +29,7 @@ from lerobot.policies.factory import make_policy_config  # noqa: E402
 
 from robocache import lerobot_train  # noqa: E402
 from robocache.lerobot_train import DataLoader, IndexSampler, ImageTransformer, TrainSet, V2Meta  # noqa: E402
+from robocache.readers.lerobot import lerobot_home  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: a small ACT: the tests check the data path, not the model
@@ -88,6 +89,28 @@ def test_make_dataset_reads_the_config_as_lerobot(v30_subset):
     assert ts.dataset.device.type == "cpu"          # the policy's device
     cam = ts.meta.camera_keys[0]                    # use_imagenet_stats (LeRobot's default) on the camera
     assert torch.equal(ts.meta.stats[cam]["mean"], torch.tensor(IMAGENET_STATS["mean"]))
+
+
+def test_make_dataset_reads_a_repo_id_where_lerobot_keeps_it(tmp_path, cr5_v30, monkeypatch):
+    """No --dataset.root: the set is read from LeRobot's cache folder, the one LeRobot's own constant names under
+    each of the variables it reads (asked of LeRobot in a fresh process, as it fixes it at import)."""
+    for env in ({"HF_LEROBOT_HOME": str(tmp_path / "lr")}, {"HF_HOME": str(tmp_path / "hf")},
+                {"XDG_CACHE_HOME": str(tmp_path / "xdg")}, {"HOME": str(tmp_path / "home")}):
+        clean = {k: v for k, v in os.environ.items() if k not in ("HF_LEROBOT_HOME", "HF_HOME", "XDG_CACHE_HOME")}
+        theirs = subprocess.run([sys.executable, "-c", "from lerobot.utils.constants import HF_LEROBOT_HOME as h; "
+                                 "print(h)"], capture_output=True, text=True, env={**clean, **env}, check=True)
+        for k in ("HF_LEROBOT_HOME", "HF_HOME", "XDG_CACHE_HOME"):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert str(lerobot_home()) == theirs.stdout.strip(), env
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lr"))
+    (tmp_path / "lr" / "local").mkdir(parents=True)
+    (tmp_path / "lr" / "local" / "cr5").symlink_to(cr5_v30)
+    cfg = config(cr5_v30, episodes=[1])
+    cfg.dataset.repo_id, cfg.dataset.root = "local/cr5", None
+    ts = lerobot_train.make_dataset(cfg)
+    assert ts.num_episodes == 1 and ts.num_frames == ts.meta.episodes["length"][1]
 
 
 def test_make_dataset_errors_name_the_way_out(tmp_path, cr5_v30):
@@ -246,7 +269,8 @@ def test_v2_set_builds_lerobots_policy(cr5_v21):
 
 
 def run(args, cwd, timeout=900):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "ROBOCACHE_NO_PROGRESS": "1"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # LeRobot may be on it
+    env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "ROBOCACHE_NO_PROGRESS": "1"}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=timeout)
 

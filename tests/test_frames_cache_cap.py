@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +96,9 @@ def test_entries_in_use_and_the_new_one_are_kept(clips, monkeypatch):
     assert again.from_cache and torch.equal(again.data, mapped.data)
     del mapped, again
     gc.collect()
-    with pytest.warns(rc_cache.CacheWarning, match=f"evicted 2 cache entries.*{b}"):
+    with pytest.warns(rc_cache.CacheWarning) as said:                 # and: d alone is over the cap
         d = load(clips[3])
+    assert any(f"evicted 2 cache entries" in str(w.message) and b in str(w.message) for w in said)
     assert names() == {d}
 
 
@@ -104,8 +106,9 @@ def test_an_entry_being_built_is_kept(clips, monkeypatch):
     a, b = load(clips[0]), load(clips[1])
     monkeypatch.setenv("ROBOCACHE_CACHE_MAX", "1")
     with rc_cache.Entry(a, rc_cache.frames_dir()).lock():            # another process builds or checks it
-        with pytest.warns(rc_cache.CacheWarning, match=f"{a} .*being built or loaded by a running process"):
+        with pytest.warns(rc_cache.CacheWarning) as said:            # and: b evicted
             c = load(clips[2])
+    assert any(re.search(f"{a} .*being built or loaded by a running process", str(w.message)) for w in said)
     assert names() == {a, c} and b not in names()
 
 

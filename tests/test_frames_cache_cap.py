@@ -98,7 +98,7 @@ def test_entries_in_use_and_the_new_one_are_kept(clips, monkeypatch):
     gc.collect()
     with pytest.warns(rc_cache.CacheWarning) as said:                 # and: d alone is over the cap
         d = load(clips[3])
-    assert any(f"evicted 2 cache entries" in str(w.message) and b in str(w.message) for w in said)
+    assert any("evicted 2 cache entries" in str(w.message) and b in str(w.message) for w in said)
     assert names() == {d}
 
 

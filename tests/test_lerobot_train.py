@@ -94,12 +94,13 @@ def test_make_dataset_reads_the_config_as_lerobot(v30_subset):
 def test_make_dataset_reads_a_repo_id_where_lerobot_keeps_it(tmp_path, cr5_v30, monkeypatch):
     """No --dataset.root: the set is read from LeRobot's cache folder, the one LeRobot's own constant names under
     each of the variables it reads (asked of LeRobot in a fresh process, as it fixes it at import)."""
+    read = ("HF_LEROBOT_HOME", "HF_HOME", "XDG_CACHE_HOME")        # HOME stays set, as it always is
     for env in ({"HF_LEROBOT_HOME": str(tmp_path / "lr")}, {"HF_HOME": str(tmp_path / "hf")},
                 {"XDG_CACHE_HOME": str(tmp_path / "xdg")}, {"HOME": str(tmp_path / "home")}):
-        clean = {k: v for k, v in os.environ.items() if k not in ("HF_LEROBOT_HOME", "HF_HOME", "XDG_CACHE_HOME")}
+        clean = {k: v for k, v in os.environ.items() if k not in read}
         theirs = subprocess.run([sys.executable, "-c", "from lerobot.utils.constants import HF_LEROBOT_HOME as h; "
                                  "print(h)"], capture_output=True, text=True, env={**clean, **env}, check=True)
-        for k in ("HF_LEROBOT_HOME", "HF_HOME", "XDG_CACHE_HOME"):
+        for k in read:
             monkeypatch.delenv(k, raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)

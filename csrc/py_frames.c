@@ -12,7 +12,8 @@
 
 PyDoc_STRVAR(gather_frames_doc,
 "gather_frames(storage, ids, out, *, format, height, width, channels, matrix='bt601',\n"
-"              full_range=False, scale=None, stream=None)\n"
+"              full_range=False, scale=None, augment=None, augment_group=1, scratch=None,\n"
+"              antialias=True, mean=None, std=None, stream=None)\n"
 "--\n"
 "\n"
 "Writes frame ids[m] of storage, decoded, resized and cast, into out[m]: one pass.\n"
@@ -38,6 +39,18 @@ PyDoc_STRVAR(gather_frames_doc,
 "    yuv420 color conversion, computed exactly as PyAV/FFmpeg's rgb24 conversion.\n"
 "scale : float, optional\n"
 "    Float out only: values are divided by it (255.0 gives 0..1 from uint8 sources).\n"
+"augment : float32 array [R, 33], optional\n"
+"    Per-sample augmentation parameters (robocache.augment draws them; layout: the\n"
+"    RC_AUG_* rows of robocache.h): out[m] is frame ids[m] cropped, resized (bilinear,\n"
+"    antialiased as torchvision's resize unless antialias=False), affine-warped, flipped\n"
+"    and colour-adjusted with row m // augment_group, values in [0, 1] (uint8 out: x 255,\n"
+"    rounded), then (v - mean) / std. Needs 3 channels; scale is ignored.\n"
+"augment_group : int\n"
+"    Output frames per parameter row (a window's time steps share their sample's row).\n"
+"scratch : float64 array [M * (H' + 1)], optional\n"
+"    Working memory for the image means of contrast ops; required when a row has one.\n"
+"mean, std : 3 floats, optional\n"
+"    Per-channel normalization after the colour ops (augment only).\n"
 "stream : int or stream object, optional\n"
 "    CUDA stream to run on; default: the framework's current stream.\n"
 "\n"
@@ -46,16 +59,18 @@ PyDoc_STRVAR(gather_frames_doc,
 "out. See docs/frames.md for exact semantics.\n");
 
 enum { A_STORAGE, A_IDS, A_OUT, A_FORMAT, A_HEIGHT, A_WIDTH, A_CHANNELS, A_MATRIX,
-       A_FULL_RANGE, A_SCALE, A_STREAM, A_COUNT };
+       A_FULL_RANGE, A_SCALE, A_AUGMENT, A_GROUP, A_SCRATCH, A_ANTIALIAS, A_MEAN, A_STD, A_STREAM,
+       A_COUNT };
 
 static const char *const names[A_COUNT] = {"storage", "ids", "out", "format", "height",
                                            "width", "channels", "matrix", "full_range",
-                                           "scale", "stream"};
+                                           "scale", "augment", "augment_group", "scratch",
+                                           "antialias", "mean", "std", "stream"};
 
 /* One call: its arguments, the arrays it imported, the kernel's arguments. */
 typedef struct {
     PyObject *arg[A_COUNT];  /* borrowed; NULL: not given */
-    rc_tensor ids, out, storage;
+    rc_tensor ids, out, storage, aug, scratch;
     rc_gather_frames_args fa;
 } job;
 
@@ -251,6 +266,62 @@ static int parse_scale(float *scale, PyObject *obj) {
     return 0;
 }
 
+/* mean= / std=: three finite floats each (std nonzero), into dst. */
+static int parse_triple(float dst[3], PyObject *obj, const char *arg, int nonzero) {
+    PyObject *seq = PySequence_Check(obj) && !PyUnicode_Check(obj) ? PySequence_Fast(obj, arg) : NULL;
+    if (!seq || PySequence_Fast_GET_SIZE(seq) != 3) {
+        Py_XDECREF(seq);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected 3 numbers (one per channel), got %R", arg, obj);
+        return -1;
+    }
+    for (int c = 0; c < 3; c++) {
+        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, c));
+        if (v == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: expected 3 numbers (one per channel), got %R", arg, obj);
+            return -1;
+        }
+        if (!isfinite(v) || (nonzero && (float)v == 0.0f)) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "%s: expected finite%s numbers, got %R", arg,
+                         nonzero ? " nonzero" : "", obj);
+            return -1;
+        }
+        dst[c] = (float)v;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* augment_group, antialias, mean and std (checked whether or not augment= is given). */
+static int parse_augment_options(job *j) {
+    rc_gather_frames_args *fa = &j->fa;
+    int antialias;
+    fa->aug_group = 1;
+    if (!rc_is_none(j->arg[A_GROUP]) &&
+        rc_parse_int_range(&fa->aug_group, j->arg[A_GROUP], "augment_group", 1, INT64_MAX / 2))
+        return -1;
+    if (rc_parse_flag(&antialias, j->arg[A_ANTIALIAS], 1) != 0) return -1;
+    fa->antialias = antialias;
+    const int has_mean = !rc_is_none(j->arg[A_MEAN]), has_std = !rc_is_none(j->arg[A_STD]);
+    if (has_mean != has_std) {
+        PyErr_SetString(PyExc_ValueError, "mean and std: give both (per-channel normalization) or neither");
+        return -1;
+    }
+    if (has_mean && rc_is_none(j->arg[A_AUGMENT])) {
+        PyErr_SetString(PyExc_ValueError, "mean/std: normalization is part of augment=; without it, "
+                        "normalize the batch afterwards");
+        return -1;
+    }
+    fa->normalize = has_mean;
+    if (has_mean && (parse_triple(fa->mean, j->arg[A_MEAN], "mean", 0) != 0 ||
+                     parse_triple(fa->std, j->arg[A_STD], "std", 1) != 0))
+        return -1;
+    return 0;
+}
+
 /* Keywords and options: the frame's format, size and color conversion, and scale. */
 static int parse(const rc_state *st, job *j, PyObject *const *args, Py_ssize_t nargs,
                  PyObject *kwnames) {
@@ -283,7 +354,8 @@ static int parse(const rc_state *st, job *j, PyObject *const *args, Py_ssize_t n
                      (long long)fa->channels);
         return -1;
     }
-    return parse_scale(&fa->scale, j->arg[A_SCALE]);
+    if (parse_scale(&fa->scale, j->arg[A_SCALE]) != 0) return -1;
+    return parse_augment_options(j);
 }
 
 /* ids and out: they set the call's device. */
@@ -333,6 +405,103 @@ static int import_storage(rc_call *sc, const rc_call *c, job *j) {
     return 0;
 }
 
+/* augment= and scratch=, on the device of the call (after out, which import_storage compares
+ * with the last import of the call). */
+static int import_augment(rc_call *c, job *j) {
+    rc_gather_frames_args *fa = &j->fa;
+    char buf[160];
+    if (rc_is_none(j->arg[A_AUGMENT])) {
+        if (!rc_is_none(j->arg[A_SCRATCH])) {
+            PyErr_SetString(PyExc_ValueError, "scratch: only used with augment=");
+            return -1;
+        }
+        return 0;
+    }
+    if (fa->channels != 3) {
+        PyErr_Format(PyExc_ValueError, "augment: needs 3-channel (RGB) frames, got channels %lld",
+                     (long long)fa->channels);
+        return -1;
+    }
+    if (fa->normalize && fa->out_dtype == RC_U8) {
+        PyErr_SetString(PyExc_ValueError, "mean/std: normalized values need float out, got uint8");
+        return -1;
+    }
+    const rc_tensor *p = &j->aug;
+    if (rc_import_array(c, &j->aug, j->arg[A_AUGMENT], "augment", 0) != 0 ||
+        rc_expect_dtype(p, RC_F32, "augment"))
+        return -1;
+    const int64_t rows = (fa->count + fa->aug_group - 1) / fa->aug_group;
+    if (p->ndim != 2 || p->shape[1] != RC_AUG_NPARAMS || p->shape[0] != rows ||
+        (p->shape[0] > 1 && p->strides[0] < RC_AUG_NPARAMS) || p->strides[1] != 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "augment: expected a float32 [%lld, %d] array with contiguous rows (one per %lld "
+                     "output frames of %lld), got shape %s strides %s",
+                     (long long)rows, RC_AUG_NPARAMS, (long long)fa->aug_group, (long long)fa->count,
+                     rc_dims_str(buf, sizeof buf, p->ndim, p->shape),
+                     rc_dims_str(buf + 80, sizeof buf - 80, p->ndim, p->strides));
+        return -1;
+    }
+    if (fa->count % fa->aug_group) {
+        PyErr_Format(PyExc_ValueError, "augment_group: %lld output frames are not whole groups of %lld",
+                     (long long)fa->count, (long long)fa->aug_group);
+        return -1;
+    }
+    fa->aug = (const float *)p->data;
+    fa->aug_stride = p->shape[0] > 1 ? p->strides[0] : RC_AUG_NPARAMS;
+    if (rc_is_none(j->arg[A_SCRATCH])) return 0;
+    const rc_tensor *s = &j->scratch;
+    if (rc_import_array(c, &j->scratch, j->arg[A_SCRATCH], "scratch", 1) != 0 ||
+        rc_expect_dtype(s, RC_F64, "scratch"))
+        return -1;
+    int64_t n, stride;
+    const int64_t need = fa->count * (fa->out_height + 1);
+    if (!rc_flatten_trailing(&n, &stride, s, 0) || (n > 1 && stride != 1) || n < need) {
+        PyErr_Format(PyExc_ValueError, "scratch: expected a contiguous float64 array of at least %lld "
+                     "elements (M * (H' + 1)), got shape %s", (long long)need,
+                     rc_dims_str(buf, sizeof buf, s->ndim, s->shape));
+        return -1;
+    }
+    fa->aug_scratch = (double *)s->data;
+    return 0;
+}
+
+/* A CPU call's parameter rows: sizes inside the frame, known ops, contrast only with scratch. The
+ * CUDA kernel trusts its rows (reading them would need a host sync): robocache.augment draws them. */
+static int check_augment_rows(const rc_gather_frames_args *fa) {
+    const int64_t rows = fa->count / fa->aug_group;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = fa->aug + r * fa->aug_stride;
+        const float top = p[RC_AUG_CROP_TOP], left = p[RC_AUG_CROP_LEFT];
+        const float ch = p[RC_AUG_CROP_H], cw = p[RC_AUG_CROP_W];
+        const float rh = p[RC_AUG_RESIZE_H], rw = p[RC_AUG_RESIZE_W];
+        const float ot = p[RC_AUG_OUT_TOP], ol = p[RC_AUG_OUT_LEFT];
+        const int n = (int)p[RC_AUG_NCOLOR];
+        const char *bad = NULL;
+        if (!(top >= 0 && left >= 0 && ch >= 1 && cw >= 1 && top + ch <= fa->height && left + cw <= fa->width))
+            bad = "the crop box lies outside the frame";
+        else if (!(rh >= 1 && rw >= 1 && rh <= (1 << 24) && rw <= (1 << 24)))
+            bad = "the resize size must be >= 1";
+        else if (!(ot >= 0 && ol >= 0 && ot + fa->out_height <= rh && ol + fa->out_width <= rw))
+            bad = "out's window lies outside the resized box";
+        else if (!(p[RC_AUG_FLIP] >= 0 && p[RC_AUG_FLIP] <= 2 && p[RC_AUG_AFFINE] >= 0 && p[RC_AUG_AFFINE] <= 2))
+            bad = "flip and affine must be 0, 1 or 2";
+        else if (!(n >= 0 && n <= RC_AUG_MAX_COLOR))
+            bad = "too many colour ops";
+        for (int k = 0; !bad && k < n; k++) {
+            const float op = p[RC_AUG_COLOR + 2 * k];
+            if (!(op >= RC_COLOR_BRIGHTNESS && op <= RC_COLOR_GRAYSCALE) || !isfinite(p[RC_AUG_COLOR + 2 * k + 1]))
+                bad = "an unknown colour op or a non-finite factor";
+            else if (op == RC_COLOR_CONTRAST && !fa->aug_scratch)
+                bad = "a contrast op needs scratch= (the image means)";
+        }
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "augment: row %lld: %s", (long long)r, bad);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ids < frames, checked on the CPU (cheap next to the work); CUDA writes zeros instead, since
  * checking there would need a host sync. */
 static int check_ids(const rc_gather_frames_args *fa) {
@@ -349,16 +518,22 @@ static int check_ids(const rc_gather_frames_args *fa) {
     return 0;
 }
 
-static rc_status run_cpu(void *fa, int threads) { return rc_gather_frames_cpu(fa, threads); }
+static rc_status run_cpu(void *fa, int threads) {
+    const rc_gather_frames_args *a = (const rc_gather_frames_args *)fa;
+    return a->aug ? rc_augment_frames_cpu(a, threads) : rc_gather_frames_cpu(a, threads);
+}
 static rc_status run_cuda(void *fa, int device, void *stream) {
-    return RC_CUDA_LAUNCH(rc_gather_frames_cuda(fa, device, stream));
+    const rc_gather_frames_args *a = (const rc_gather_frames_args *)fa;
+    return RC_CUDA_LAUNCH(a->aug ? rc_augment_frames_cuda(a, device, stream)
+                                 : rc_gather_frames_cuda(a, device, stream));
 }
 static const rc_kernels kernels = {run_cpu, run_cuda};
 
 static int run(rc_call *c, job *j) {
     const rc_gather_frames_args *fa = &j->fa;
     if (c->device_type != RC_DEVICE_CUDA)
-        return check_ids(fa) != 0 ? -1 : rc_run(c, &kernels, &j->fa, 1);
+        return check_ids(fa) != 0 || (fa->aug && check_augment_rows(fa) != 0) ? -1
+                                                                               : rc_run(c, &kernels, &j->fa, 1);
     return rc_run(c, &kernels, &j->fa, fa->count > 0 && fa->out_height > 0 && fa->out_width > 0);
 }
 
@@ -367,13 +542,15 @@ static PyObject *gather_frames(PyObject *module, PyObject *const *args, Py_ssize
     rc_state *st = rc_get_state(module);
     job j;
     memset(&j.fa, 0, sizeof j.fa);
+    memset(&j.aug, 0, sizeof j.aug);
+    memset(&j.scratch, 0, sizeof j.scratch);
     if (parse(st, &j, args, nargs, kwnames) != 0) return NULL;
     rc_call call, scall; /* storage has a call of its own: it may be pinned host memory */
     rc_call_init(&call, st, j.arg[A_STREAM]);
     rc_call_init(&scall, st, j.arg[A_STREAM]);
     PyObject *result = NULL;
     if (import_ids_out(&call, &j) == 0 && import_storage(&scall, &call, &j) == 0 &&
-        run(&call, &j) == 0) {
+        import_augment(&call, &j) == 0 && run(&call, &j) == 0) {
         result = j.arg[A_OUT];
         Py_INCREF(result);
     }

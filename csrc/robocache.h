@@ -278,12 +278,45 @@ typedef struct {
     rc_dtype out_dtype;        /* RC_U8, RC_F32, RC_F16, RC_BF16 */
     int32_t yuv[6];            /* yuv420: rc_yuv_coeffs(matrix, full_range) (frames_math.h) */
     float scale;               /* float out: divide by it when > 0 (0: no division) */
+    /* augmentation (NULL aug: none). out[m] is frame ids[m] under the transform of parameter row
+       m / aug_group: geometry and colour (augment_math.h), values in [0, 1] (uint8 out: * 255,
+       rounded), then (v - mean[c]) / std[c]. Needs channels 3; scale is ignored. */
+    const float *aug;          /* [count / aug_group, RC_AUG_NPARAMS] float32, on the device of out */
+    int64_t aug_stride;        /* elements from one parameter row to the next */
+    int64_t aug_group;         /* output frames per parameter row (a window's T steps), >= 1 */
+    double *aug_scratch;       /* [count * (out_height + 1)] float64 on the device of out, when a
+                                  parameter row holds a contrast op (its image mean); else NULL */
+    int32_t antialias;         /* resize: torchvision's antialiased bilinear (1) or plain (0) */
+    int32_t normalize;         /* apply mean/std */
+    float mean[3], std[3];
 } rc_gather_frames_args;
+
+/* A parameter row of an augmented gather (float32; integers stored exactly). */
+enum {
+    RC_AUG_CROP_TOP, RC_AUG_CROP_LEFT, RC_AUG_CROP_H, RC_AUG_CROP_W, /* box of the stored frame */
+    RC_AUG_RESIZE_H, RC_AUG_RESIZE_W,   /* the box resized to (= the box: no resize) */
+    RC_AUG_OUT_TOP, RC_AUG_OUT_LEFT,    /* out's window of the resized box (out_height x out_width) */
+    RC_AUG_FLIP,                        /* 0 none; 1 mirror out (after the affine); 2 before it */
+    RC_AUG_AFFINE,                      /* 0 none; 1 nearest; 2 bilinear */
+    RC_AUG_THETA,                       /* 6: torchvision's inverse affine matrix, pixels about
+                                           the window's center */
+    RC_AUG_NCOLOR = RC_AUG_THETA + 6,   /* colour ops that follow, <= RC_AUG_MAX_COLOR */
+    RC_AUG_COLOR,                       /* (op, factor) pairs, applied in this order */
+    RC_AUG_MAX_COLOR = 8,
+    RC_AUG_NPARAMS = RC_AUG_COLOR + 2 * RC_AUG_MAX_COLOR
+};
+/* Colour ops (rc_aug_pointwise): factors as torchvision v2's adjust_* take them. */
+enum { RC_COLOR_NONE = 0, RC_COLOR_BRIGHTNESS, RC_COLOR_CONTRAST, RC_COLOR_SATURATION, RC_COLOR_HUE,
+       RC_COLOR_SHARPNESS, RC_COLOR_GRAYSCALE };
 
 /* CPU: one parallel pass over the (m, output row) pairs. The glue has checked ids < frames. */
 rc_status rc_gather_frames_cpu(const rc_gather_frames_args *args, int num_threads);
 /* CUDA (cuda/frames.cu): one launch on `stream`, no host sync; bit-identical to the CPU. */
 rc_status rc_gather_frames_cuda(const rc_gather_frames_args *args, int device, void *stream);
+/* The augmented gather (args->aug set): CPU (cpu/augment.c) and CUDA (cuda/augment.cu, a mean pass
+ * when some row has a contrast op, then one pass; no host sync), bit-identical. */
+rc_status rc_augment_frames_cpu(const rc_gather_frames_args *args, int num_threads);
+rc_status rc_augment_frames_cuda(const rc_gather_frames_args *args, int device, void *stream);
 
 /* ---- decode_jpeg: the compressed tier's JPEG frames -> I420 rows on the GPU (cuda/jpeg.cu) ---- */
 

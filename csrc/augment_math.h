@@ -125,53 +125,12 @@ RC_HD void rc_aug_resized(float out[3], const rc_gather_frames_args *a, const ch
     }
 }
 
-/* Pixel (y, x) of the image the affine acts on (the resized crop's out_height x out_width window,
- * mirrored when the flip comes first), in 0..255. */
-RC_HD void rc_aug_window(float out[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                         int32_t y, int32_t x) {
+/* Pixel (y, x) of the image before the affine: the resized crop's out_height x out_width window,
+ * mirrored when the flip comes before the affine, in [0, 1]. */
+RC_HD void rc_aug_base(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
+                       int32_t y, int32_t x) {
     if ((int32_t)p[RC_AUG_FLIP] == 2) x = (int32_t)a->out_width - 1 - x;
-    rc_aug_resized(out, a, frame, p, y + (int32_t)p[RC_AUG_OUT_TOP], x + (int32_t)p[RC_AUG_OUT_LEFT]);
-}
-
-/* The geometric chain at output pixel (y, x), in [0, 1]: torchvision's affine_grid + grid_sample
- * (align_corners=False, zero padding; bilinear multiplies by the sampled ones-mask, as
- * torchvision's fill path does). */
-RC_HD void rc_aug_geometry(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                           int32_t y, int32_t x) {
-    const int32_t Ho = (int32_t)a->out_height, Wo = (int32_t)a->out_width;
-    if ((int32_t)p[RC_AUG_FLIP] == 1) x = Wo - 1 - x;
-    const int interp = (int32_t)p[RC_AUG_AFFINE];
-    if (!interp) {
-        rc_aug_window(v, a, frame, p, y, x);
-    } else {
-        const float *t = p + RC_AUG_THETA;
-        const float hw = M_(0.5f, (float)Wo), hh = M_(0.5f, (float)Ho);
-        const float xb = S_((float)x, M_(0.5f, (float)(Wo - 1))), yb = S_((float)y, M_(0.5f, (float)(Ho - 1)));
-        const float gx = A_(A_(M_(xb, D_(t[0], hw)), M_(yb, D_(t[1], hw))), D_(t[2], hw));
-        const float gy = A_(A_(M_(xb, D_(t[3], hh)), M_(yb, D_(t[4], hh))), D_(t[5], hh));
-        const float ix = D_(S_(M_(A_(gx, 1.0f), (float)Wo), 1.0f), 2.0f);
-        const float iy = D_(S_(M_(A_(gy, 1.0f), (float)Ho), 1.0f), 2.0f);
-        v[0] = v[1] = v[2] = 0.0f;
-        if (interp == 1) {
-            const float nx = RC_RINT(ix), ny = RC_RINT(iy);
-            if (nx >= 0.0f && nx < (float)Wo && ny >= 0.0f && ny < (float)Ho)
-                rc_aug_window(v, a, frame, p, (int32_t)ny, (int32_t)nx);
-        } else {
-            const float x0 = floorf(ix), y0 = floorf(iy);
-            const float wx1 = S_(ix, x0), wy1 = S_(iy, y0);
-            const float wx0 = S_(A_(x0, 1.0f), ix), wy0 = S_(A_(y0, 1.0f), iy);
-            const float w[4] = {M_(wx0, wy0), M_(wx1, wy0), M_(wx0, wy1), M_(wx1, wy1)};
-            float mask = 0.0f, px[3];
-            for (int k = 0; k < 4; k++) {
-                const float sx = A_(x0, (float)(k & 1)), sy = A_(y0, (float)(k >> 1));
-                if (!(sx >= 0.0f && sx < (float)Wo && sy >= 0.0f && sy < (float)Ho)) continue;
-                rc_aug_window(px, a, frame, p, (int32_t)sy, (int32_t)sx);
-                for (int c = 0; c < 3; c++) v[c] = A_(v[c], M_(w[k], px[c]));
-                mask = A_(mask, w[k]);
-            }
-            for (int c = 0; c < 3; c++) v[c] = M_(v[c], mask);
-        }
-    }
+    rc_aug_resized(v, a, frame, p, y + (int32_t)p[RC_AUG_OUT_TOP], x + (int32_t)p[RC_AUG_OUT_LEFT]);
     for (int c = 0; c < 3; c++) v[c] = D_(v[c], 255.0f);
 }
 
@@ -258,36 +217,99 @@ RC_HD int rc_aug_find(const float *p, int n, int op) {
     return n;
 }
 
-/* Output pixel (y, x) after the geometry and the sample's colour ops [0, stop), in [0, 1].
- * Sharpness (at most once in a list) blends with the 3x3 blur ([[1,1,1],[1,5,1],[1,1,1]] / 13) of
- * the image as it is before it, on interior pixels; the border keeps its values (torchvision). */
-RC_HD void rc_aug_pixel(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                        float mean, int32_t y, int32_t x, int stop) {
+/* The 3x3 blur of adjust_sharpness ([[1,1,1],[1,5,1],[1,1,1]] / 13) around v, the neighbours from
+ * `at` (the image before the sharpness op), blended with factor f; border pixels keep their values. */
+#define RC_AUG_SHARPEN(v, f, y, x, at)                                                              \
+    do {                                                                                           \
+        if ((y) > 0 && (x) > 0 && (y) < (int32_t)a->out_height - 1 && (x) < (int32_t)a->out_width - 1) { \
+            float blur_[3] = {0.0f, 0.0f, 0.0f}, q_[3];                                           \
+            for (int dy_ = -1; dy_ <= 1; dy_++)                                                    \
+                for (int dx_ = -1; dx_ <= 1; dx_++) {                                              \
+                    if (dy_ == 0 && dx_ == 0) {                                                    \
+                        for (int c_ = 0; c_ < 3; c_++) blur_[c_] = A_(blur_[c_], M_(v[c_], 5.0f / 13.0f)); \
+                        continue;                                                                  \
+                    }                                                                              \
+                    at(q_, (y) + dy_, (x) + dx_);                                                  \
+                    for (int c_ = 0; c_ < 3; c_++) blur_[c_] = A_(blur_[c_], M_(q_[c_], 1.0f / 13.0f)); \
+                }                                                                                  \
+            for (int c_ = 0; c_ < 3; c_++)                                                         \
+                v[c_] = rc_clamp01(A_(v[c_], M_(S_(1.0f, (f)), S_(blur_[c_], v[c_]))));             \
+        }                                                                                          \
+    } while (0)
+
+/* The image before the affine after its colour ops [0, stop) (sharpness included), at (y, x). */
+RC_HD void rc_aug_head(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
+                       float mean, int32_t y, int32_t x, int stop) {
     const int sharp = rc_aug_find(p, stop, RC_COLOR_SHARPNESS);
-    const int32_t Ho = (int32_t)a->out_height, Wo = (int32_t)a->out_width;
-    rc_aug_geometry(v, a, frame, p, y, x);
+    rc_aug_base(v, a, frame, p, y, x);
     rc_aug_pointwise(v, p, 0, sharp, mean);
     if (sharp == stop) return;
-    if (y > 0 && x > 0 && y < Ho - 1 && x < Wo - 1) {
-        const float f = p[RC_AUG_COLOR + 2 * sharp + 1];
-        const float ka = 1.0f / 13.0f, kb = 5.0f / 13.0f;
-        float blur[3] = {0.0f, 0.0f, 0.0f}, q[3];
-        for (int dy = -1; dy <= 1; dy++)
-            for (int dx = -1; dx <= 1; dx++) {
-                if (dy == 0 && dx == 0) {
-                    for (int c = 0; c < 3; c++) blur[c] = A_(blur[c], M_(v[c], kb));
-                    continue;
-                }
-                rc_aug_geometry(q, a, frame, p, y + dy, x + dx);
-                rc_aug_pointwise(q, p, 0, sharp, mean);
-                for (int c = 0; c < 3; c++) blur[c] = A_(blur[c], M_(q[c], ka));
-            }
-        /* v + (1 - f) * (blur - v), clamped */
-        for (int c = 0; c < 3; c++) v[c] = rc_clamp01(A_(v[c], M_(S_(1.0f, f), S_(blur[c], v[c]))));
-    }
+#define RC_AUG_AT_(q, yy, xx) (rc_aug_base(q, a, frame, p, yy, xx), rc_aug_pointwise(q, p, 0, sharp, mean))
+    RC_AUG_SHARPEN(v, p[RC_AUG_COLOR + 2 * sharp + 1], y, x, RC_AUG_AT_);
+#undef RC_AUG_AT_
     rc_aug_pointwise(v, p, sharp + 1, stop, mean);
 }
 
+/* The affine's output at (y, x): torchvision's affine_grid + grid_sample of the head image after
+ * its first k colour ops (align_corners=False, zero padding; bilinear multiplies by the sampled
+ * ones-mask, as torchvision's fill path does). */
+RC_HD void rc_aug_warped(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
+                         float mean, int32_t y, int32_t x, int k) {
+    const int32_t Ho = (int32_t)a->out_height, Wo = (int32_t)a->out_width;
+    const int interp = (int32_t)p[RC_AUG_AFFINE];
+    const float *t = p + RC_AUG_THETA;
+    const float hw = M_(0.5f, (float)Wo), hh = M_(0.5f, (float)Ho);
+    const float xb = S_((float)x, M_(0.5f, (float)(Wo - 1))), yb = S_((float)y, M_(0.5f, (float)(Ho - 1)));
+    const float gx = A_(A_(M_(xb, D_(t[0], hw)), M_(yb, D_(t[1], hw))), D_(t[2], hw));
+    const float gy = A_(A_(M_(xb, D_(t[3], hh)), M_(yb, D_(t[4], hh))), D_(t[5], hh));
+    const float ix = D_(S_(M_(A_(gx, 1.0f), (float)Wo), 1.0f), 2.0f);
+    const float iy = D_(S_(M_(A_(gy, 1.0f), (float)Ho), 1.0f), 2.0f);
+    v[0] = v[1] = v[2] = 0.0f;
+    if (interp == 1) {
+        const float nx = RC_RINT(ix), ny = RC_RINT(iy);
+        if (nx >= 0.0f && nx < (float)Wo && ny >= 0.0f && ny < (float)Ho)
+            rc_aug_head(v, a, frame, p, mean, (int32_t)ny, (int32_t)nx, k);
+        return;
+    }
+    const float x0 = floorf(ix), y0 = floorf(iy);
+    const float wx1 = S_(ix, x0), wy1 = S_(iy, y0);
+    const float wx0 = S_(A_(x0, 1.0f), ix), wy0 = S_(A_(y0, 1.0f), iy);
+    const float w[4] = {M_(wx0, wy0), M_(wx1, wy0), M_(wx0, wy1), M_(wx1, wy1)};
+    float mask = 0.0f, q[3];
+    for (int j = 0; j < 4; j++) {
+        const float sx = A_(x0, (float)(j & 1)), sy = A_(y0, (float)(j >> 1));
+        if (!(sx >= 0.0f && sx < (float)Wo && sy >= 0.0f && sy < (float)Ho)) continue;
+        rc_aug_head(q, a, frame, p, mean, (int32_t)sy, (int32_t)sx, k);
+        for (int c = 0; c < 3; c++) v[c] = A_(v[c], M_(w[j], q[c]));
+        mask = A_(mask, w[j]);
+    }
+    for (int c = 0; c < 3; c++) v[c] = M_(v[c], mask);
+}
+
+/* Output pixel (y, x) after the sample's colour list [0, stop), in [0, 1]. The list may hold the
+ * affine (RC_COLOR_AFFINE, once, where the transforms put it: first for a geometric stage) and
+ * sharpness (once); `mean` is the image mean of its contrast op. A flip after the affine mirrors x
+ * first: every later op commutes with it. */
+RC_HD void rc_aug_pixel(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
+                        float mean, int32_t y, int32_t x, int stop) {
+    const int n = (int)p[RC_AUG_NCOLOR];
+    const int k = (int32_t)p[RC_AUG_AFFINE] ? rc_aug_find(p, n, RC_COLOR_AFFINE) : n;
+    if ((int32_t)p[RC_AUG_FLIP] == 1) x = (int32_t)a->out_width - 1 - x;
+    if (stop <= k) {
+        rc_aug_head(v, a, frame, p, mean, y, x, stop);
+        return;
+    }
+    const int sharp = k + 1 + rc_aug_find(p + 2 * (k + 1), stop - k - 1, RC_COLOR_SHARPNESS);
+    rc_aug_warped(v, a, frame, p, mean, y, x, k);
+    rc_aug_pointwise(v, p, k + 1, sharp, mean);
+    if (sharp == stop) return;
+#define RC_AUG_AT_(q, yy, xx) (rc_aug_warped(q, a, frame, p, mean, yy, xx, k), rc_aug_pointwise(q, p, k + 1, sharp, mean))
+    RC_AUG_SHARPEN(v, p[RC_AUG_COLOR + 2 * sharp + 1], y, x, RC_AUG_AT_);
+#undef RC_AUG_AT_
+    rc_aug_pointwise(v, p, sharp + 1, stop, mean);
+}
+
+#undef RC_AUG_SHARPEN
 #undef M_
 #undef A_
 #undef S_

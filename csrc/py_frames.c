@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "frames_math.h"
+#include "augment_math.h"
 #include "module.h"
 
 PyDoc_STRVAR(gather_frames_doc,
@@ -489,11 +489,13 @@ static int check_augment_rows(const rc_gather_frames_args *fa) {
             bad = "too many colour ops";
         for (int k = 0; !bad && k < n; k++) {
             const float op = p[RC_AUG_COLOR + 2 * k];
-            if (!(op >= RC_COLOR_BRIGHTNESS && op <= RC_COLOR_GRAYSCALE) || !isfinite(p[RC_AUG_COLOR + 2 * k + 1]))
+            if (!(op >= RC_COLOR_BRIGHTNESS && op <= RC_COLOR_AFFINE) || !isfinite(p[RC_AUG_COLOR + 2 * k + 1]))
                 bad = "an unknown colour op or a non-finite factor";
             else if (op == RC_COLOR_CONTRAST && !fa->aug_scratch)
                 bad = "a contrast op needs scratch= (the image means)";
         }
+        if (!bad && (p[RC_AUG_AFFINE] != 0) != (rc_aug_find(p, n, RC_COLOR_AFFINE) < n))
+            bad = "an affine (RC_AUG_AFFINE) needs its place in the op list (RC_COLOR_AFFINE), and only then";
         if (bad) {
             PyErr_Format(PyExc_ValueError, "augment: row %lld: %s", (long long)r, bad);
             return -1;

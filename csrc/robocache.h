@@ -300,14 +300,15 @@ enum {
     RC_AUG_AFFINE,                      /* 0 none; 1 nearest; 2 bilinear */
     RC_AUG_THETA,                       /* 6: torchvision's inverse affine matrix, pixels about
                                            the window's center */
-    RC_AUG_NCOLOR = RC_AUG_THETA + 6,   /* colour ops that follow, <= RC_AUG_MAX_COLOR */
+    RC_AUG_NCOLOR = RC_AUG_THETA + 6,   /* ops in the list that follows, <= RC_AUG_MAX_COLOR */
     RC_AUG_COLOR,                       /* (op, factor) pairs, applied in this order */
     RC_AUG_MAX_COLOR = 8,
     RC_AUG_NPARAMS = RC_AUG_COLOR + 2 * RC_AUG_MAX_COLOR
 };
 /* Colour ops (rc_aug_pointwise): factors as torchvision v2's adjust_* take them. */
 enum { RC_COLOR_NONE = 0, RC_COLOR_BRIGHTNESS, RC_COLOR_CONTRAST, RC_COLOR_SATURATION, RC_COLOR_HUE,
-       RC_COLOR_SHARPNESS, RC_COLOR_GRAYSCALE };
+       RC_COLOR_SHARPNESS, RC_COLOR_GRAYSCALE,
+       RC_COLOR_AFFINE /* where the affine of RC_AUG_AFFINE acts in the list (factor unused) */ };
 
 /* CPU: one parallel pass over the (m, output row) pairs. The glue has checked ids < frames. */
 rc_status rc_gather_frames_cpu(const rc_gather_frames_args *args, int num_threads);

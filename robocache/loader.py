@@ -322,6 +322,7 @@ class DataLoader:
 
     def _iterate(self, pos: "Position"):
         with self._batches.stream():
+            self._recipe.set_epoch(self.seed, pos.epoch)     # augmented windows' draws (a device fill)
             episodes, times = self._epoch_tables(pos)
             # this iterator's order on the host (frame ids, task text), kept here: another iterator or
             # loader.order(e) replaces the table's

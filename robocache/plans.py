@@ -144,19 +144,50 @@ class FramePlan(Plan):
             raise ValueError(f"windows[{key!r}]: max_dim is for feature vectors, not images")
         self.layout, self.resize = w.layout or "BTHWC", target_size(w)
         s = streams[0]
+        self.augment = w.augment
+        self.camera = 0                      # set by BatchPlan: this window's place among augmented cameras
+        self.epoch_key = None                # [1] int64 on the device: draw.epoch_key(seed, epoch)
+        if self.augment is not None:
+            store = s.frames
+            if store.channels != 3 or store.dtype != _torch().uint8:
+                raise ValueError(f"windows[{key!r}]: augment needs 3-channel uint8 frames (video or RGB images), "
+                                 f"stream {w.names[0]!r} holds {store.channels}-channel {store.dtype}")
+            self.out_size = self.augment.out_size(store.height, store.width)
+            self.epoch_key = _torch().zeros(1, dtype=_torch().int64, device=device)
         # where the store stages frames on the host (from the file, or their bitstreams to nvJPEG), the
         # host computes which ones without reading the GPU: the stream's times and episode offsets
         self.host_work = s.frames.host_staged
         self._host = (s.times.cpu().numpy(), s.offsets_host, np.asarray(offs)) if self.host_work else None
 
-    def run(self, ds: Dataset, episodes, new_times, out: dict, host: HostSamples | None = None) -> None:
+    def run(self, ds: Dataset, episodes, new_times, out: dict, host: HostSamples | None = None,
+            anchors=None) -> None:
         store: Any = ds.streams[self.names[0]].frames
         ids, pad = ds.frame_ids(self.names[0], episodes, new_times, self.modes[0], tolerance=self.tolerance)
         if self.zero_pad:
             ids = ids.masked_fill(pad, -1)
         host_ids = self._host_ids(*host()) if self._host is not None and host is not None else None
-        out[self.key] = self.cast(store.gather(ids, layout=self.layout, size=self.resize, host_ids=host_ids))
+        size, extra = self.resize, None
+        if self.augment is not None:
+            size, extra = self.out_size, self._augment(store, episodes, anchors, ids)
+        out[self.key] = self.cast(store.gather(ids, layout=self.layout, size=size, host_ids=host_ids,
+                                               augment=extra))
         out[self.key + "_is_pad"] = pad
+
+    def _augment(self, store, episodes, anchors, ids) -> dict:
+        """gather_frames' augmentation keywords for this batch: the samples' parameter rows (drawn on the
+        device from the epoch key, each sample's episode and anchor time, and the camera), the scratch of
+        contrast means, normalization."""
+        torch, aug = _torch(), self.augment
+        H, W = store.height, store.width
+        params = aug.params(self.epoch_key, episodes, anchors, self.camera, H, W)
+        kw: dict = dict(augment=params, augment_group=int(ids.shape[1]),
+                        antialias=aug.layout(H, W).antialias)
+        if aug.needs_scratch(H, W):
+            kw["scratch"] = torch.empty(ids.numel() * (self.out_size[0] + 1), dtype=torch.float64, device=ids.device)
+        norm = aug.layout(H, W).normalize
+        if norm is not None:
+            kw.update(mean=norm.mean, std=norm.std)
+        return kw
 
     def _host_ids(self, ep, t):
         """Frame ids ``[B, T]`` computed on the host (CPU resample of the frame numbers) from the batch's
@@ -254,6 +285,10 @@ class BatchPlan:
         torch = _torch()
         self.ds = ds
         self.plans = [plan(str(k), w, ds) for k, w in windows.items()]
+        #: the windows whose frames are augmented, each a camera of its own for the draws
+        self.augmented = [p for p in self.plans if getattr(p, "augment", None) is not None]
+        for i, p in enumerate(self.augmented):
+            p.camera = i
         self.offsets = torch.cat([p.offsets for p in self.plans])
         ends = np.cumsum([0] + [int(p.offsets.shape[0]) for p in self.plans])
         self.columns = list(zip(ends[:-1].tolist(), ends[1:].tolist()))
@@ -262,6 +297,15 @@ class BatchPlan:
         self.host_work = any(p.host_work for p in self.plans)
         self.identity: Any = None
         self.episode: Any = None         # [N] int64: each sample row's episode, read with identity tensors
+
+    def set_epoch(self, seed: int, epoch: int) -> None:
+        """The augmented windows draw epoch ``epoch`` of ``seed`` from now on: one fill of a device
+        tensor on the current stream (a captured graph reads it there)."""
+        if self.augmented:
+            from .augment import epoch_key
+            k = epoch_key(seed, epoch)
+            for p in self.augmented:
+                p.epoch_key.fill_(k)
 
     def identify(self, identity, episode) -> None:
         """Add ``identity``'s keys to every batch; ``episode``: the episode of each sample row."""
@@ -277,7 +321,10 @@ class BatchPlan:
             rows, episodes = episodes, self.episode.index_select(0, episodes)
         targets = times[:, None] + self.offsets[None, :]
         for p, (a, b) in zip(self.plans, self.columns):
-            p.run(self.ds, episodes, targets[:, a:b], out, host)
+            if getattr(p, "augment", None) is not None:
+                p.run(self.ds, episodes, targets[:, a:b], out, host, anchors=times)
+            else:
+                p.run(self.ds, episodes, targets[:, a:b], out, host)
         if rows is not None:
             self.identity.add(rows, episodes, times, out)
         return out

@@ -79,6 +79,13 @@ class Window:
         default, or previous/next) and the frame's points become one grid: the key is
         ``[B, T, X, Y, Z]`` (occupancy, count) or ``[B, T, F, X, Y, Z]`` (sum/mean/max over the
         point columns after x, y, z).
+    augment : robocache.augment.Augment or torchvision v2 Compose, optional
+        Image streams only: per-sample random transforms (crop, resize, rotation/affine, flip, colour
+        jitter, sharpness, normalization) applied inside the frame gather, with
+        ``torchvision.transforms.v2.functional``'s semantics; parameters drawn on the device per (seed,
+        epoch, sample, camera); the window's T frames share their sample's. A torchvision ``Compose`` is
+        converted (``Augment.from_torchvision``). The output size is the augment's (``resize`` is then an
+        error); ``BTCHW`` gives float32 (in [0, 1], or normalized), ``BTHWC`` uint8.
     tolerance : float
         Seconds a target may lie outside a stream's span before it counts as padding.
     """
@@ -96,6 +103,7 @@ class Window:
     pad: str = "edge"
     voxel: Mapping[str, Any] | None = None
     tolerance: float = 1e-4
+    augment: Any = None
 
     def __post_init__(self) -> None:
         check(self)
@@ -137,6 +145,21 @@ def check(w: Window) -> None:
                          f"bfloat16, ...) or leave dtype out")
     if w.voxel is not None:
         _check_voxel(where, w.voxel)
+    if w.augment is not None:
+        _check_augment(where, w)
+
+
+def _check_augment(where: str, w: Window) -> None:
+    from .augment import Augment
+    if not isinstance(w.augment, Augment):
+        try:
+            w.augment = Augment.from_torchvision(w.augment)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{where}: augment: {e}") from None
+    if w.resize is not None:
+        raise ValueError(f"{where}: resize with augment: the augment sets the output size (put a Resize in it)")
+    if w.normalize is not None:
+        raise ValueError(f"{where}: normalize with augment: images are normalized by the augment's Normalize")
 
 
 def _check_modes(where: str, w: Window) -> None:

@@ -117,7 +117,7 @@ def backend(device) -> str:
     return jpeg_backend(dev.index or 0, _library(), backend_choice())
 
 
-def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
+def gather_jpeg(store, view, ids, scale, host_ids=None, extra=None) -> None:
     """``view[m]`` = frame ``ids[m]`` of a compressed store (the FrameStore.gather contract). A sampled frame
     that fails its CRC (a mapped entry's, on first use: jpeg_check) or its decode raises DamagedFrameError
     naming it, and marks its cache entry for a rebuild."""
@@ -137,7 +137,7 @@ def gather_jpeg(store, view, ids, scale, host_ids=None) -> None:
     rows[~keep] = rows[keep][0]
     local = np.where(keep, np.arange(len(h)), -1)
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3,
-              matrix=store.matrix, full_range=store.full_range, scale=scale)
+              matrix=store.matrix, full_range=store.full_range, scale=scale, **(extra or {}))
     cuda = store.device.type == "cuda"
     if store.atlas is not None:
         # the timesteps' atlases, decoded once for every camera of the batch; this camera's planes out of them

@@ -82,10 +82,10 @@ def gpu_source(data, offsets, device) -> GpuSource | None:
     return GpuSource(data, offsets, device)
 
 
-def gather_lossless(store, view, ids, scale, host_ids=None) -> None:
+def gather_lossless(store, view, ids, scale, host_ids=None, extra=None) -> None:
     """``view[m]`` = frame ``ids[m]`` of a lossless store (the FrameStore.gather contract)."""
     kw = dict(format="yuv420", height=store.height, width=store.width, channels=3, matrix=store.matrix,
-              full_range=store.full_range, scale=scale)
+              full_range=store.full_range, scale=scale, **(extra or {}))
     if store.device.type != "cuda":
         _gather_cpu(store, view, ids, kw)
     elif store.gpu is not None:

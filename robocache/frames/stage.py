@@ -34,11 +34,11 @@ def _take(src, rows, out):
     list(_POOL.map(lambda ab: np.take(src, rows[ab[0]:ab[1]], axis=0, out=out[ab[0]:ab[1]]), parts))
 
 
-def gather_disk(store, view, ids, scale, host_ids=None):
+def gather_disk(store, view, ids, scale, host_ids=None, extra=None):
     import torch
     from .._C import gather_frames as _gather_frames
     kw = dict(format=store.format, height=store.height, width=store.width, channels=store.channels,
-              matrix=store.gather_matrix, full_range=store.full_range, scale=scale)
+              matrix=store.gather_matrix, full_range=store.full_range, scale=scale, **(extra or {}))
     if store.device.type != "cuda":
         _gather_frames(store.data, store.storage_ids(ids), view, **kw)
         return

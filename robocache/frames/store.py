@@ -278,7 +278,7 @@ class FrameStore:
         return torch.where(ids >= 0, self.rows[ids.clamp(min=0)], ids)
 
     def gather(self, ids, *, layout: str = "BTHWC", size: tuple[int, int] | None = None, float_out: bool = False,
-               host_ids=None):
+               host_ids=None, augment: dict | None = None):
         """Frames ``ids [...]`` (int64 on ``device``; < 0 gives a zero frame) decoded into a new tensor.
 
         ``layout="BTHWC"``: ``[..., H', W', C]`` in the stored dtype (uint8 resized values rounded), or
@@ -286,7 +286,10 @@ class FrameStore:
         (stored value / 255); without resize its memory is channels-last (the frames' HWC order, Conv2d's
         fast layout), with resize contiguous. ``size``: ``(H', W')`` after bilinear resizing.
         ``host_ids``: the same ids as host numpy, when the caller has them (the disk tier then stages the
-        frames without reading ``ids`` back from the GPU).
+        frames without reading ``ids`` back from the GPU). ``augment``: ``gather_frames``' augmentation
+        keywords (``augment``, ``augment_group``, ``scratch``, ``antialias``, ``mean``, ``std``; built by
+        plans.FramePlan from a Window's Augment): ``size`` is then the augmented output's, and ``BTCHW`` or
+        ``float_out`` gives float32 in [0, 1] (normalized when mean/std are given), ``BTHWC`` uint8.
         """
         torch = _torch()
         lead = tuple(ids.shape)
@@ -295,36 +298,36 @@ class FrameStore:
         C = self.channels
         u8 = self.dtype == torch.uint8
         if layout == "BTCHW":
-            if size is None:
+            if size is None and augment is None:
                 buf = torch.empty(lead + (H, W, C), dtype=torch.float32, device=self.device)
                 view, result = buf.view(M, H, W, C), buf.permute(*range(len(lead)), len(lead) + 2, len(lead),
                                                                    len(lead) + 1)
             else:
                 buf = torch.empty(lead + (C, H, W), dtype=torch.float32, device=self.device)
                 view, result = buf.view(M, C, H, W).permute(0, 2, 3, 1), buf
-            scale = 255.0 if u8 else None
+            scale = 255.0 if u8 and augment is None else None
         else:
             dtype = torch.float32 if float_out else self.dtype
             result = torch.empty(lead + (H, W, C), dtype=dtype, device=self.device)
             view, scale = result.view(M, H, W, C), None
         if M:
-            self._gather_into(view, ids.reshape(M), scale, host_ids)
+            self._gather_into(view, ids.reshape(M), scale, host_ids, augment)
         return result
 
-    def _gather_into(self, view, ids, scale, host_ids=None):
+    def _gather_into(self, view, ids, scale, host_ids=None, extra=None):
         if self.format == "jpeg":
             from .jpeg import gather_jpeg
-            return gather_jpeg(self, view, ids, scale, host_ids)
+            return gather_jpeg(self, view, ids, scale, host_ids, extra)
         if self.format == "lossless":
             from .lossless import gather_lossless
-            return gather_lossless(self, view, ids, scale, host_ids)
+            return gather_lossless(self, view, ids, scale, host_ids, extra)
         if self.tier == "disk":
             from .stage import gather_disk
-            return gather_disk(self, view, ids, scale, host_ids)
+            return gather_disk(self, view, ids, scale, host_ids, extra)
         from .._C import gather_frames
         gather_frames(self.data, self.storage_ids(ids), view, format=self.format, height=self.height,
                        width=self.width, channels=self.channels, matrix=self.gather_matrix,
-                       full_range=self.full_range, scale=scale)
+                       full_range=self.full_range, scale=scale, **(extra or {}))
 
     def __getitem__(self, index):
         """Decoded frames ``[n, H, W, C]`` on ``device``: an int, a slice, or an index tensor/array."""

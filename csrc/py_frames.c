@@ -489,7 +489,7 @@ static int check_augment_rows(const rc_gather_frames_args *fa) {
             bad = "too many colour ops";
         for (int k = 0; !bad && k < n; k++) {
             const float op = p[RC_AUG_COLOR + 2 * k];
-            if (!(op >= RC_COLOR_BRIGHTNESS && op <= RC_COLOR_AFFINE) || !isfinite(p[RC_AUG_COLOR + 2 * k + 1]))
+            if (!(op >= RC_COLOR_NONE && op <= RC_COLOR_AFFINE) || !isfinite(p[RC_AUG_COLOR + 2 * k + 1]))
                 bad = "an unknown colour op or a non-finite factor";
             else if (op == RC_COLOR_CONTRAST && !fa->aug_scratch)
                 bad = "a contrast op needs scratch= (the image means)";

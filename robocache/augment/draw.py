@@ -57,7 +57,7 @@ def uniforms(key, episodes, times, camera: int, n: int):
     torch = _torch()
     h = _mix(key + episodes.to(torch.int64) * _signed(_GOLDEN))
     h = _mix(h ^ times.to(torch.float64).contiguous().view(torch.int64))
-    h = _mix(h + (int(camera) + 1) * _signed(0xD1B54A32D192ED03))
+    h = _mix(h + _signed((int(camera) + 1) * 0xD1B54A32D192ED03))
     slots = torch.arange(1, n + 1, dtype=torch.int64, device=h.device) * _signed(_GOLDEN)
     z = _mix(h[:, None] + slots[None, :])
     return ((z >> 11) & ((1 << 53) - 1)).to(torch.float64) * (1.0 / (1 << 53))

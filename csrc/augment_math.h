@@ -89,14 +89,46 @@ RC_HD float rc_aa_tap(const rc_aa_axis *w, int32_t j) {
     return w->total != 0.0f ? D_(f, w->total) : f;
 }
 
-/* Pixel (ry, rx) of the crop box resized to res_h x res_w, as float RGB (0..255). */
-RC_HD void rc_aug_resized(float out[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                          int32_t ry, int32_t rx) {
+/* The antialiased resize's taps of every window row (or column): entry i (window index i, the
+ * resized box's i + out_top) has n[i] taps from source index lo[i] (relative to the crop box) with
+ * weights w[i * k .. i * k + n[i]), the values rc_aa_tap gives. The CUDA kernel builds them per block
+ * in shared memory; the CPU computes each tap where it is used (the same floats). */
+typedef struct {
+    const int32_t *lo, *n;
+    const float *w;
+    int32_t k; /* weights per entry (the most taps an entry may have) */
+} rc_aa_table;
+
+/* Taps of window index i along an axis whose crop box has n_in pixels resized to n_out, out's window
+ * starting at `offset`: into lo, n and w[0 .. k) (n <= k checked by the caller's bound). */
+RC_HD void rc_aa_fill(int32_t *lo, int32_t *n, float *w, int32_t k, int32_t i, int32_t n_in, int32_t n_out,
+                      int32_t offset) {
+    const rc_aa_axis ax = rc_aa_setup(i + offset, n_in, n_out);
+    *lo = ax.lo;
+    *n = ax.n < k ? ax.n : k;
+    for (int32_t j = 0; j < *n; j++) w[j] = rc_aa_tap(&ax, j);
+}
+
+/* One frame's chain: the call, the stored frame, its sample's parameter row, its contrast op's image
+ * mean, and the resize's tap tables (NULL: computed per tap). */
+typedef struct {
+    const rc_gather_frames_args *a;
+    const char *frame;
+    const float *p;
+    float mean;
+    const rc_aa_table *ty, *tx;
+} rc_aug_ctx;
+
+/* Pixel (y, x) of out's window of the resized crop box, as float RGB (0..255). */
+RC_HD void rc_aug_resized(float out[3], const rc_aug_ctx *c, int32_t y, int32_t x) {
+    const rc_gather_frames_args *a = c->a;
+    const float *p = c->p;
     const int32_t top = (int32_t)p[RC_AUG_CROP_TOP], left = (int32_t)p[RC_AUG_CROP_LEFT];
     const int32_t ch = (int32_t)p[RC_AUG_CROP_H], cw = (int32_t)p[RC_AUG_CROP_W];
     const int32_t rh = (int32_t)p[RC_AUG_RESIZE_H], rw = (int32_t)p[RC_AUG_RESIZE_W];
+    const int32_t ry = y + (int32_t)p[RC_AUG_OUT_TOP], rx = x + (int32_t)p[RC_AUG_OUT_LEFT];
     if (rh == ch && rw == cw) { /* torchvision returns a same-size resize unchanged */
-        rc_aug_source(out, a, frame, top + ry, left + rx);
+        rc_aug_source(out, a, c->frame, top + ry, left + rx);
         return;
     }
     float px[3];
@@ -105,33 +137,46 @@ RC_HD void rc_aug_resized(float out[3], const rc_gather_frames_args *a, const ch
         const rc_axis_lerp wy = rc_axis_weights(ry, D_((float)ch, (float)rh), ch);
         const rc_axis_lerp wx = rc_axis_weights(rx, D_((float)cw, (float)rw), cw);
         float q[4][3];
-        rc_aug_source(q[0], a, frame, top + wy.i0, left + wx.i0);
-        rc_aug_source(q[1], a, frame, top + wy.i0, left + wx.i1);
-        rc_aug_source(q[2], a, frame, top + wy.i1, left + wx.i0);
-        rc_aug_source(q[3], a, frame, top + wy.i1, left + wx.i1);
-        for (int c = 0; c < 3; c++) out[c] = rc_bilinear(q[0][c], q[1][c], q[2][c], q[3][c], &wy, &wx);
+        rc_aug_source(q[0], a, c->frame, top + wy.i0, left + wx.i0);
+        rc_aug_source(q[1], a, c->frame, top + wy.i0, left + wx.i1);
+        rc_aug_source(q[2], a, c->frame, top + wy.i1, left + wx.i0);
+        rc_aug_source(q[3], a, c->frame, top + wy.i1, left + wx.i1);
+        for (int k = 0; k < 3; k++) out[k] = rc_bilinear(q[0][k], q[1][k], q[2][k], q[3][k], &wy, &wx);
+        return;
+    }
+    if (c->ty) { /* the block's tables */
+        const int32_t ny = c->ty->n[y], nx = c->tx->n[x];
+        const int32_t sy = top + c->ty->lo[y], sx = left + c->tx->lo[x];
+        const float *wy = c->ty->w + (int64_t)y * c->ty->k, *wx = c->tx->w + (int64_t)x * c->tx->k;
+        for (int32_t ty = 0; ty < ny; ty++) { /* rows of horizontal sums, as torch's separable passes */
+            float row[3] = {0.0f, 0.0f, 0.0f};
+            for (int32_t tx = 0; tx < nx; tx++) {
+                rc_aug_source(px, a, c->frame, sy + ty, sx + tx);
+                for (int k = 0; k < 3; k++) row[k] = A_(row[k], M_(wx[tx], px[k]));
+            }
+            for (int k = 0; k < 3; k++) out[k] = A_(out[k], M_(wy[ty], row[k]));
+        }
         return;
     }
     const rc_aa_axis wy = rc_aa_setup(ry, ch, rh), wx = rc_aa_setup(rx, cw, rw);
-    for (int32_t ty = 0; ty < wy.n; ty++) { /* rows of horizontal sums, as torch's separable passes */
+    for (int32_t ty = 0; ty < wy.n; ty++) {
         float row[3] = {0.0f, 0.0f, 0.0f};
         for (int32_t tx = 0; tx < wx.n; tx++) {
             const float w = rc_aa_tap(&wx, tx);
-            rc_aug_source(px, a, frame, top + wy.lo + ty, left + wx.lo + tx);
-            for (int c = 0; c < 3; c++) row[c] = A_(row[c], M_(w, px[c]));
+            rc_aug_source(px, a, c->frame, top + wy.lo + ty, left + wx.lo + tx);
+            for (int k = 0; k < 3; k++) row[k] = A_(row[k], M_(w, px[k]));
         }
         const float w = rc_aa_tap(&wy, ty);
-        for (int c = 0; c < 3; c++) out[c] = A_(out[c], M_(w, row[c]));
+        for (int k = 0; k < 3; k++) out[k] = A_(out[k], M_(w, row[k]));
     }
 }
 
 /* Pixel (y, x) of the image before the affine: the resized crop's out_height x out_width window,
  * mirrored when the flip comes before the affine, in [0, 1]. */
-RC_HD void rc_aug_base(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                       int32_t y, int32_t x) {
-    if ((int32_t)p[RC_AUG_FLIP] == 2) x = (int32_t)a->out_width - 1 - x;
-    rc_aug_resized(v, a, frame, p, y + (int32_t)p[RC_AUG_OUT_TOP], x + (int32_t)p[RC_AUG_OUT_LEFT]);
-    for (int c = 0; c < 3; c++) v[c] = D_(v[c], 255.0f);
+RC_HD void rc_aug_base(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x) {
+    if ((int32_t)c->p[RC_AUG_FLIP] == 2) x = (int32_t)c->a->out_width - 1 - x;
+    rc_aug_resized(v, c, y, x);
+    for (int k = 0; k < 3; k++) v[k] = D_(v[k], 255.0f);
 }
 
 /* ---- colour: torchvision v2's float formulas ------------------------------------------------- */
@@ -221,7 +266,8 @@ RC_HD int rc_aug_find(const float *p, int n, int op) {
  * `at` (the image before the sharpness op), blended with factor f; border pixels keep their values. */
 #define RC_AUG_SHARPEN(v, f, y, x, at)                                                              \
     do {                                                                                           \
-        if ((y) > 0 && (x) > 0 && (y) < (int32_t)a->out_height - 1 && (x) < (int32_t)a->out_width - 1) { \
+        if ((y) > 0 && (x) > 0 && (y) < (int32_t)c->a->out_height - 1 &&                           \
+            (x) < (int32_t)c->a->out_width - 1) {                                                  \
             float blur_[3] = {0.0f, 0.0f, 0.0f}, q_[3];                                           \
             for (int dy_ = -1; dy_ <= 1; dy_++)                                                    \
                 for (int dx_ = -1; dx_ <= 1; dx_++) {                                              \
@@ -238,26 +284,25 @@ RC_HD int rc_aug_find(const float *p, int n, int op) {
     } while (0)
 
 /* The image before the affine after its colour ops [0, stop) (sharpness included), at (y, x). */
-RC_HD void rc_aug_head(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                       float mean, int32_t y, int32_t x, int stop) {
+RC_HD void rc_aug_head(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x, int stop) {
+    const float *p = c->p;
     const int sharp = rc_aug_find(p, stop, RC_COLOR_SHARPNESS);
-    rc_aug_base(v, a, frame, p, y, x);
-    rc_aug_pointwise(v, p, 0, sharp, mean);
+    rc_aug_base(v, c, y, x);
+    rc_aug_pointwise(v, p, 0, sharp, c->mean);
     if (sharp == stop) return;
-#define RC_AUG_AT_(q, yy, xx) (rc_aug_base(q, a, frame, p, yy, xx), rc_aug_pointwise(q, p, 0, sharp, mean))
+#define RC_AUG_AT_(q, yy, xx) (rc_aug_base(q, c, yy, xx), rc_aug_pointwise(q, p, 0, sharp, c->mean))
     RC_AUG_SHARPEN(v, p[RC_AUG_COLOR + 2 * sharp + 1], y, x, RC_AUG_AT_);
 #undef RC_AUG_AT_
-    rc_aug_pointwise(v, p, sharp + 1, stop, mean);
+    rc_aug_pointwise(v, p, sharp + 1, stop, c->mean);
 }
 
 /* The affine's output at (y, x): torchvision's affine_grid + grid_sample of the head image after
  * its first k colour ops (align_corners=False, zero padding; bilinear multiplies by the sampled
  * ones-mask, as torchvision's fill path does). */
-RC_HD void rc_aug_warped(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                         float mean, int32_t y, int32_t x, int k) {
-    const int32_t Ho = (int32_t)a->out_height, Wo = (int32_t)a->out_width;
-    const int interp = (int32_t)p[RC_AUG_AFFINE];
-    const float *t = p + RC_AUG_THETA;
+RC_HD void rc_aug_warped(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x, int k) {
+    const int32_t Ho = (int32_t)c->a->out_height, Wo = (int32_t)c->a->out_width;
+    const int interp = (int32_t)c->p[RC_AUG_AFFINE];
+    const float *t = c->p + RC_AUG_THETA;
     const float hw = M_(0.5f, (float)Wo), hh = M_(0.5f, (float)Ho);
     const float xb = S_((float)x, M_(0.5f, (float)(Wo - 1))), yb = S_((float)y, M_(0.5f, (float)(Ho - 1)));
     const float gx = A_(A_(M_(xb, D_(t[0], hw)), M_(yb, D_(t[1], hw))), D_(t[2], hw));
@@ -268,7 +313,7 @@ RC_HD void rc_aug_warped(float v[3], const rc_gather_frames_args *a, const char 
     if (interp == 1) {
         const float nx = RC_RINT(ix), ny = RC_RINT(iy);
         if (nx >= 0.0f && nx < (float)Wo && ny >= 0.0f && ny < (float)Ho)
-            rc_aug_head(v, a, frame, p, mean, (int32_t)ny, (int32_t)nx, k);
+            rc_aug_head(v, c, (int32_t)ny, (int32_t)nx, k);
         return;
     }
     const float x0 = floorf(ix), y0 = floorf(iy);
@@ -279,34 +324,51 @@ RC_HD void rc_aug_warped(float v[3], const rc_gather_frames_args *a, const char 
     for (int j = 0; j < 4; j++) {
         const float sx = A_(x0, (float)(j & 1)), sy = A_(y0, (float)(j >> 1));
         if (!(sx >= 0.0f && sx < (float)Wo && sy >= 0.0f && sy < (float)Ho)) continue;
-        rc_aug_head(q, a, frame, p, mean, (int32_t)sy, (int32_t)sx, k);
-        for (int c = 0; c < 3; c++) v[c] = A_(v[c], M_(w[j], q[c]));
+        rc_aug_head(q, c, (int32_t)sy, (int32_t)sx, k);
+        for (int ch = 0; ch < 3; ch++) v[ch] = A_(v[ch], M_(w[j], q[ch]));
         mask = A_(mask, w[j]);
     }
-    for (int c = 0; c < 3; c++) v[c] = M_(v[c], mask);
+    for (int ch = 0; ch < 3; ch++) v[ch] = M_(v[ch], mask);
 }
 
-/* Output pixel (y, x) after the sample's colour list [0, stop), in [0, 1]. The list may hold the
- * affine (RC_COLOR_AFFINE, once, where the transforms put it: first for a geometric stage) and
- * sharpness (once); `mean` is the image mean of its contrast op. A flip after the affine mirrors x
- * first: every later op commutes with it. */
-RC_HD void rc_aug_pixel(float v[3], const rc_gather_frames_args *a, const char *frame, const float *p,
-                        float mean, int32_t y, int32_t x, int stop) {
+/* Output pixel (y, x) after the sample's op list [0, stop), in [0, 1]. The list may hold the affine
+ * (RC_COLOR_AFFINE, once, where the transforms put it: first for a geometric stage) and sharpness
+ * (once); c->mean is the image mean of its contrast op. A flip after the affine mirrors x first:
+ * every later op commutes with it. */
+RC_HD void rc_aug_pixel(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x, int stop) {
+    const float *p = c->p;
     const int n = (int)p[RC_AUG_NCOLOR];
     const int k = (int32_t)p[RC_AUG_AFFINE] ? rc_aug_find(p, n, RC_COLOR_AFFINE) : n;
-    if ((int32_t)p[RC_AUG_FLIP] == 1) x = (int32_t)a->out_width - 1 - x;
+    if ((int32_t)p[RC_AUG_FLIP] == 1) x = (int32_t)c->a->out_width - 1 - x;
     if (stop <= k) {
-        rc_aug_head(v, a, frame, p, mean, y, x, stop);
+        rc_aug_head(v, c, y, x, stop);
         return;
     }
     const int sharp = k + 1 + rc_aug_find(p + 2 * (k + 1), stop - k - 1, RC_COLOR_SHARPNESS);
-    rc_aug_warped(v, a, frame, p, mean, y, x, k);
-    rc_aug_pointwise(v, p, k + 1, sharp, mean);
+    rc_aug_warped(v, c, y, x, k);
+    rc_aug_pointwise(v, p, k + 1, sharp, c->mean);
     if (sharp == stop) return;
-#define RC_AUG_AT_(q, yy, xx) (rc_aug_warped(q, a, frame, p, mean, yy, xx, k), rc_aug_pointwise(q, p, k + 1, sharp, mean))
+#define RC_AUG_AT_(q, yy, xx) (rc_aug_warped(q, c, yy, xx, k), rc_aug_pointwise(q, p, k + 1, sharp, c->mean))
     RC_AUG_SHARPEN(v, p[RC_AUG_COLOR + 2 * sharp + 1], y, x, RC_AUG_AT_);
 #undef RC_AUG_AT_
-    rc_aug_pointwise(v, p, sharp + 1, stop, mean);
+    rc_aug_pointwise(v, p, sharp + 1, stop, c->mean);
+}
+
+/* Bound on the taps of an entry of an antialiased resize table: the crop box holds at most the frame
+ * (`n_in`) and the resized box at least out's window (`n_out`), so the scale (support) is at most
+ * n_in / n_out and an entry spans at most 2 * support + 2 source pixels (4 when upsampling). */
+RC_HD int32_t rc_aa_max_taps(int64_t n_in, int64_t n_out) {
+    const int64_t t = (2 * n_in) / (n_out > 0 ? n_out : 1) + 3;
+    return (int32_t)(t > 4 ? t : 4);
+}
+
+/* The fixed order of a row's grayscale sum over x (float64), shared by the CPU and the CUDA kernel:
+ * RC_AUG_LANES partial sums (lane l takes x = l, l + LANES, ... in order), then a halving tree. */
+#define RC_AUG_LANES 256
+RC_HD double rc_aug_tree(double *partial) {
+    for (int s = RC_AUG_LANES / 2; s > 0; s >>= 1)
+        for (int l = 0; l < s; l++) partial[l] = partial[l] + partial[l + s];
+    return partial[0];
 }
 
 #undef RC_AUG_SHARPEN

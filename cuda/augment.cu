@@ -2,8 +2,10 @@
  * per-pixel chain is augment_math.h). Layouts (elements): storage as gather_frames (rgb [H, W, 3]
  * uint8 / float32, or yuv420 planes; device memory or the device alias of pinned host memory);
  * parameter rows [count / aug_group, RC_AUG_NPARAMS] float32; out [M, H', W', 3] with any strides.
- * A thread per output pixel, all three channels; where some row has a contrast op, two small passes
- * first give each frame's mean (row sums in x order, then in y order, float64, as the CPU sums).
+ * A block per (frame, band of output rows): it tabulates its frame's antialiased-resize taps for the
+ * whole window in shared memory (a pixel then reads its taps instead of computing ~50 weights), and
+ * each thread makes whole pixels. Where some row has a contrast op, a first pass of the same blocks
+ * sums each row's grayscale in rc_aug_tree's order and a second gives each frame's mean.
  * Caller's stream, no host sync. Benchmark: python benchmarks/bench_augment.py
  */
 #include <cuda_runtime.h>
@@ -15,7 +17,16 @@
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = RC_AUG_LANES; /* the sums' lanes are the block's threads */
+constexpr int kBandPixels = 4096;      /* output pixels per block: ~16 per thread */
+constexpr int kMaxShared = 48 * 1024;  /* the tables' budget without an opt-in */
+
+struct Plan {
+    int rows;      /* output rows per block */
+    int bands;     /* blocks per frame */
+    int taps;      /* table weights per entry; 0: no tables (the taps are computed where used) */
+    int shared;    /* bytes of the tables */
+};
 
 __device__ __forceinline__ const float *params_of(const rc_gather_frames_args &a, int64_t m) {
     return a.aug + (m / a.aug_group) * a.aug_stride;
@@ -27,22 +38,59 @@ __device__ __forceinline__ const char *frame_of(const rc_gather_frames_args &a, 
     return (const char *)a.storage + id * a.frame_stride * rc_dtype_size(a.storage_dtype);
 }
 
-/* Row sums of the grayscale before each frame's contrast op: thread (m, y), x in order. */
-__global__ void __launch_bounds__(kThreads) sums_kernel(const rc_gather_frames_args a) {
-    const int64_t rows = a.count * a.out_height;
-    for (int64_t q = blockIdx.x * (int64_t)kThreads + threadIdx.x; q < rows; q += (int64_t)gridDim.x * kThreads) {
-        const int64_t m = q / a.out_height, y = q - m * a.out_height;
-        const float *p = params_of(a, m);
-        const int n = (int)p[RC_AUG_NCOLOR], c = rc_aug_find(p, n, RC_COLOR_CONTRAST);
-        const char *frame = frame_of(a, m);
+/* The block's frame context, with its resize tables built in shared memory when the frame is resized
+ * with antialiasing (block-uniform: one frame per block). */
+__device__ rc_aug_ctx block_ctx(const rc_gather_frames_args &a, const Plan &pl, int64_t m, char *sm,
+                                rc_aa_table *ty, rc_aa_table *tx) {
+    rc_aug_ctx c = {&a, frame_of(a, m), params_of(a, m), 0.0f, NULL, NULL};
+    const float *p = c.p;
+    const int32_t ch = (int32_t)p[RC_AUG_CROP_H], cw = (int32_t)p[RC_AUG_CROP_W];
+    const int32_t rh = (int32_t)p[RC_AUG_RESIZE_H], rw = (int32_t)p[RC_AUG_RESIZE_W];
+    if (!c.frame || !pl.taps || !a.antialias || (rh == ch && rw == cw)) return c;
+    const int32_t Ho = (int32_t)a.out_height, Wo = (int32_t)a.out_width, k = pl.taps;
+    int32_t *lo = (int32_t *)sm, *n = lo + Ho + Wo;
+    float *w = (float *)(n + Ho + Wo);
+    const int32_t ot = (int32_t)p[RC_AUG_OUT_TOP], ol = (int32_t)p[RC_AUG_OUT_LEFT];
+    for (int32_t i = threadIdx.x; i < Ho + Wo; i += blockDim.x) {
+        if (i < Ho) rc_aa_fill(lo + i, n + i, w + (int64_t)i * k, k, i, ch, rh, ot);
+        else rc_aa_fill(lo + i, n + i, w + (int64_t)i * k, k, i - Ho, cw, rw, ol);
+    }
+    *ty = {lo, n, w, k};
+    *tx = {lo + Ho, n + Ho, w + (int64_t)Ho * k, k};
+    c.ty = ty;
+    c.tx = tx;
+    return c;
+}
+
+/* Row sums of the grayscale before each frame's contrast op: lane l takes x = l, l + 256, ... in
+ * order, then the tree (rc_aug_tree's order). */
+__global__ void __launch_bounds__(kThreads) sums_kernel(const rc_gather_frames_args a, const Plan pl) {
+    extern __shared__ uint4 smem[];
+    __shared__ double partial[RC_AUG_LANES];
+    __shared__ rc_aa_table ty, tx;
+    const int64_t m = blockIdx.x / pl.bands;
+    const int32_t y0 = (int32_t)(blockIdx.x - m * pl.bands) * pl.rows;
+    const int32_t y1 = min(y0 + pl.rows, (int32_t)a.out_height);
+    rc_aug_ctx c = block_ctx(a, pl, m, (char *)smem, &ty, &tx);
+    __syncthreads();
+    const int n = (int)c.p[RC_AUG_NCOLOR], k = rc_aug_find(c.p, n, RC_COLOR_CONTRAST);
+    const int l = threadIdx.x;
+    for (int32_t y = y0; y < y1; y++) {
         double s = 0.0;
-        if (frame && c < n)
-            for (int64_t x = 0; x < a.out_width; x++) {
+        if (c.frame && k < n)
+            for (int32_t x = l; x < (int32_t)a.out_width; x += RC_AUG_LANES) {
                 float v[3];
-                rc_aug_pixel(v, &a, frame, p, 0.0f, (int32_t)y, (int32_t)x, c);
+                rc_aug_pixel(v, &c, y, x, k);
                 s = __dadd_rn(s, (double)rc_gray(v));
             }
-        a.aug_scratch[m * a.out_height + y] = s;
+        partial[l] = s;
+        __syncthreads();
+        for (int h = RC_AUG_LANES / 2; h > 0; h >>= 1) {
+            if (l < h) partial[l] = __dadd_rn(partial[l], partial[l + h]);
+            __syncthreads();
+        }
+        if (l == 0) a.aug_scratch[m * a.out_height + y] = partial[0];
+        __syncthreads();
     }
 }
 
@@ -56,24 +104,29 @@ __global__ void means_kernel(const rc_gather_frames_args a) {
 }
 
 template <typename O, int KIND> /* KIND: 0 as is, 1 f16 bits, 2 bf16 bits */
-__global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_gather_frames_args a) {
-    const int64_t Ho = a.out_height, Wo = a.out_width, total = a.count * Ho * Wo;
-    for (int64_t q = blockIdx.x * (int64_t)kThreads + threadIdx.x; q < total; q += (int64_t)gridDim.x * kThreads) {
-        const int64_t m = q / (Ho * Wo), r = q - m * Ho * Wo, y = r / Wo, x = r - y * Wo;
-        const float *p = params_of(a, m);
-        const char *frame = frame_of(a, m);
+__global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_gather_frames_args a, const Plan pl) {
+    extern __shared__ uint4 smem[];
+    __shared__ rc_aa_table ty, tx;
+    const int64_t m = blockIdx.x / pl.bands;
+    const int32_t Wo = (int32_t)a.out_width;
+    const int32_t y0 = (int32_t)(blockIdx.x - m * pl.bands) * pl.rows;
+    const int32_t y1 = min(y0 + pl.rows, (int32_t)a.out_height);
+    rc_aug_ctx c = block_ctx(a, pl, m, (char *)smem, &ty, &tx);
+    if (c.frame && a.aug_scratch) c.mean = (float)a.aug_scratch[a.count * a.out_height + m];
+    __syncthreads();
+    const int n = (int)c.p[RC_AUG_NCOLOR];
+    O *base = (O *)a.out + m * a.out_stride_m;
+    for (int32_t q = threadIdx.x; q < (y1 - y0) * Wo; q += kThreads) {
+        const int32_t y = y0 + q / Wo, x = q - (q / Wo) * Wo;
         float v[3] = {0.0f, 0.0f, 0.0f};
-        O *px = (O *)a.out + m * a.out_stride_m + y * a.out_stride_y + x * a.out_stride_x;
-        if (frame) {
-            const float mean = a.aug_scratch ? (float)a.aug_scratch[a.count * Ho + m] : 0.0f;
-            rc_aug_pixel(v, &a, frame, p, mean, (int32_t)y, (int32_t)x, (int)p[RC_AUG_NCOLOR]);
-        }
+        if (c.frame) rc_aug_pixel(v, &c, y, x, n);
+        O *px = base + (int64_t)y * a.out_stride_y + (int64_t)x * a.out_stride_x;
 #pragma unroll
-        for (int c = 0; c < 3; c++) {
-            float f = v[c];
-            if (frame && a.normalize) f = __fdiv_rn(__fsub_rn(f, a.mean[c]), a.std[c]);
-            O *e = px + c * a.out_stride_c;
-            if (!frame) *e = (O)0; /* padding: zeros, as gather_frames */
+        for (int ch = 0; ch < 3; ch++) {
+            float f = v[ch];
+            if (c.frame && a.normalize) f = __fdiv_rn(__fsub_rn(f, a.mean[ch]), a.std[ch]);
+            O *e = px + ch * a.out_stride_c;
+            if (!c.frame) *e = (O)0; /* padding: zeros, as gather_frames */
             else if constexpr (KIND == 1) *e = rc_f32_to_f16(f);
             else if constexpr (KIND == 2) *e = rc_f32_to_bf16(f);
             else if constexpr (sizeof(O) == 1) *e = rc_to_u8(__fmul_rn(f, 255.0f));
@@ -82,29 +135,33 @@ __global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_gather_frames
     }
 }
 
-unsigned grid_for(int64_t n, int device) {
-    const int64_t want = (n + kThreads - 1) / kThreads;
-    const int64_t cap = (int64_t)(rc_device_attr(device, RC_ATTR_SMS) > 0 ? rc_device_attr(device, RC_ATTR_SMS) : 80) * 64;
-    return (unsigned)(want < cap ? (want > 0 ? want : 1) : cap);
-}
-
-rc_status run(const rc_gather_frames_args &a, int device, cudaStream_t s) {
-    const int64_t total = a.count * a.out_height * a.out_width;
-    if (total == 0) return RC_OK;
+rc_status run(const rc_gather_frames_args &a, cudaStream_t s) {
+    const int64_t Ho = a.out_height, Wo = a.out_width;
+    if (a.count == 0 || Ho == 0 || Wo == 0) return RC_OK;
+    Plan pl;
+    pl.rows = (int)(kBandPixels / Wo > 0 ? (kBandPixels / Wo < Ho ? kBandPixels / Wo : Ho) : 1);
+    pl.bands = (int)((Ho + pl.rows - 1) / pl.rows);
+    if (a.count * pl.bands > INT32_MAX)
+        return rc_fail(RC_ERR_VALUE, "gather_frames: %lld frames of %lld rows are too many for one launch",
+                       (long long)a.count, (long long)Ho);
+    const int32_t k = max(rc_aa_max_taps(a.height, Ho), rc_aa_max_taps(a.width, Wo));
+    const int64_t table = (Ho + Wo) * (int64_t)(2 + k) * 4;
+    pl.taps = a.antialias && table <= kMaxShared ? k : 0; /* else the taps are computed where used */
+    pl.shared = pl.taps ? (int)table : 0;
+    const unsigned blocks = (unsigned)(a.count * pl.bands);
     if (a.aug_scratch) {
-        sums_kernel<<<grid_for(a.count * a.out_height, device), kThreads, 0, s>>>(a);
+        sums_kernel<<<blocks, kThreads, pl.shared, s>>>(a, pl);
         rc_status st = RC_CUDA_CHECK(cudaGetLastError(), "augment sums kernel launch");
         if (st != RC_OK) return st;
         means_kernel<<<(unsigned)((a.count + 127) / 128), 128, 0, s>>>(a);
         st = RC_CUDA_CHECK(cudaGetLastError(), "augment means kernel launch");
         if (st != RC_OK) return st;
     }
-    const unsigned g = grid_for(total, device);
     switch (a.out_dtype) {
-    case RC_U8: pixels_kernel<uint8_t, 0><<<g, kThreads, 0, s>>>(a); break;
-    case RC_F32: pixels_kernel<float, 0><<<g, kThreads, 0, s>>>(a); break;
-    case RC_F16: pixels_kernel<uint16_t, 1><<<g, kThreads, 0, s>>>(a); break;
-    case RC_BF16: pixels_kernel<uint16_t, 2><<<g, kThreads, 0, s>>>(a); break;
+    case RC_U8: pixels_kernel<uint8_t, 0><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
+    case RC_F32: pixels_kernel<float, 0><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
+    case RC_F16: pixels_kernel<uint16_t, 1><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
+    case RC_BF16: pixels_kernel<uint16_t, 2><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
     default: return rc_fail(RC_ERR_TYPE, "gather_frames: unsupported out dtype for augmentation");
     }
     return RC_CUDA_CHECK(cudaGetLastError(), "augment kernel launch");
@@ -116,7 +173,7 @@ extern "C" rc_status rc_augment_frames_cuda(const rc_gather_frames_args *args, i
     rc_device_guard guard;
     rc_status st = guard.enter(device);
     if (st != RC_OK) return st;
-    st = run(*args, device, (cudaStream_t)stream);
+    st = run(*args, (cudaStream_t)stream);
     rc_status st2 = guard.leave();
     return st != RC_OK ? st : st2;
 }

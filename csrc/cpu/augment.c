@@ -2,8 +2,9 @@
  * kernel is held to bit for bit (the per-pixel chain is augment_math.h, shared with cuda/augment.cu).
  * Layouts (elements): storage as gather_frames (rgb [H, W, 3] uint8 / float32, or yuv420 planes);
  * parameter rows [count / aug_group, RC_AUG_NPARAMS]; out [M, H', W', 3] with any strides.
- * Work: a mean pass over (frame, row) pairs where a contrast op needs the image mean, then the
- * (frame, row) pairs of out. Benchmark: python benchmarks/bench_augment.py --device cpu
+ * Work: a mean pass over (frame, row) pairs where a contrast op needs the image mean (row sums in
+ * rc_aug_tree's order, then rows in order: the CUDA kernel's sums), then the (frame, row) pairs of out.
+ * The resize's taps are computed where used (the CUDA kernel tabulates the same floats). Benchmark: python benchmarks/bench_augment.py --device cpu
  */
 #include <string.h>
 
@@ -29,23 +30,24 @@ static double *frame_mean(const rc_gather_frames_args *a, int64_t m) {
     return a->aug_scratch + a->count * a->out_height + m;
 }
 
-/* Row sums, in x order in float64, of the grayscale of the image before each frame's contrast op. */
+/* Row sums (float64, in rc_aug_tree's order) of the grayscale of the image before each frame's
+ * contrast op. */
 static void sums_range(void *ctx, int64_t begin, int64_t end) {
     const rc_gather_frames_args *a = (const rc_gather_frames_args *)ctx;
     const int64_t Ho = a->out_height;
+    double partial[RC_AUG_LANES];
     for (int64_t q = begin; q < end; q++) {
         const int64_t m = q / Ho, y = q % Ho;
-        const float *p = params_of(a, m);
-        const int n = (int)p[RC_AUG_NCOLOR], c = rc_aug_find(p, n, RC_COLOR_CONTRAST);
-        const char *frame = frame_of(a, m);
-        double s = 0.0;
-        if (frame && c < n)
+        const rc_aug_ctx c = {a, frame_of(a, m), params_of(a, m), 0.0f, NULL, NULL};
+        const int n = (int)c.p[RC_AUG_NCOLOR], k = rc_aug_find(c.p, n, RC_COLOR_CONTRAST);
+        for (int l = 0; l < RC_AUG_LANES; l++) partial[l] = 0.0;
+        if (c.frame && k < n)
             for (int64_t x = 0; x < a->out_width; x++) {
                 float v[3];
-                rc_aug_pixel(v, a, frame, p, 0.0f, (int32_t)y, (int32_t)x, c);
-                s += (double)rc_gray(v);
+                rc_aug_pixel(v, &c, (int32_t)y, (int32_t)x, k);
+                partial[x % RC_AUG_LANES] += (double)rc_gray(v);
             }
-        row_sums(a, m)[y] = s;
+        row_sums(a, m)[y] = rc_aug_tree(partial);
     }
 }
 
@@ -71,17 +73,16 @@ static void pixels_range(void *ctx, int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; q++) {
         const int64_t m = q / Ho, y = q % Ho;
         char *orow = (char *)a->out + (m * a->out_stride_m + y * a->out_stride_y) * oes;
-        const float *p = params_of(a, m);
-        const char *frame = frame_of(a, m);
-        const float mean = a->aug_scratch ? (float)*frame_mean(a, m) : 0.0f;
+        const rc_aug_ctx c = {a, frame_of(a, m), params_of(a, m),
+                              a->aug_scratch ? (float)*frame_mean(a, m) : 0.0f, NULL, NULL};
         for (int64_t x = 0; x < Wo; x++) {
             float v[3] = {0.0f, 0.0f, 0.0f};
             char *px = orow + x * a->out_stride_x * oes;
-            if (!frame) { /* padding: zeros, as gather_frames */
-                for (int c = 0; c < 3; c++) memset(px + c * a->out_stride_c * oes, 0, (size_t)oes);
+            if (!c.frame) { /* padding: zeros, as gather_frames */
+                for (int k = 0; k < 3; k++) memset(px + k * a->out_stride_c * oes, 0, (size_t)oes);
                 continue;
             }
-            rc_aug_pixel(v, a, frame, p, mean, (int32_t)y, (int32_t)x, (int)p[RC_AUG_NCOLOR]);
+            rc_aug_pixel(v, &c, (int32_t)y, (int32_t)x, (int)c.p[RC_AUG_NCOLOR]);
             store(px, v, a, a->out_stride_c * oes);
         }
     }

@@ -89,6 +89,7 @@ class Augment:
         self._layouts: dict[tuple[int, int], Layout] = {}
         self._slots: dict[tuple[int, int, bool], int] = {}
         self._templates: dict[Any, Any] = {}
+        self._consts: dict[Any, Any] = {}
         self.layout(256, 256, strict=False)       # structure errors now, not at the first batch
 
     @classmethod
@@ -255,6 +256,14 @@ class Augment:
             self._templates[k] = row.to(device)
         return self._templates[k]
 
+    def _const(self, values, dtype, device):
+        """A small constant tensor on ``device``, made once (a host-to-device copy is a sync, and cannot
+        happen inside a CUDA-graph capture; the first, eager batch makes every one)."""
+        k = (tuple(values), str(dtype), str(device))
+        if k not in self._consts:
+            self._consts[k] = _torch().tensor(list(values), dtype=dtype).to(device)
+        return self._consts[k]
+
     def _rows(self, lay: Layout, slots: D.Slots, H: int, W: int, B: int, device):
         torch = _torch()
         f64 = dict(dtype=torch.float64, device=device)
@@ -304,7 +313,7 @@ class Augment:
         if cols:
             idx = sorted(cols)
             vals = torch.stack([torch.as_tensor(cols[i], **f64).expand(B) for i in idx], dim=1)
-            row[:, idx] = vals.to(torch.float32)
+            row.index_copy_(1, self._const(idx, torch.int64, device), vals.to(torch.float32))
         return row
 
     def _position(self, t: Transform, slots: D.Slots, dh: int, dw: int, B: int, f64):
@@ -341,7 +350,7 @@ class Augment:
         if isinstance(t, ColorJitter):
             present = [(D.JITTER_CODES[name], r) for name, r in t.ranges if r is not None]
             fac = torch.stack([D.uniform(slots.take(), r[0], r[1]) for _, r in present], dim=1)
-            code = torch.tensor([float(c) for c, _ in present], **f64).expand(B, -1)
+            code = self._const([float(c) for c, _ in present], torch.float64, f64["device"]).expand(B, -1)
             if len(present) > 1 and not t.fixed_order:
                 perm = slots.take(len(present)).argsort(dim=1)     # torch.randperm per sample
                 code, fac = code.gather(1, perm), fac.gather(1, perm)
@@ -389,7 +398,7 @@ class Augment:
         torch = _torch()
         m = len(t.transforms)
         u = slots.take(m) if m > 1 else slots.take()[:, None]
-        w = torch.tensor(t.weights, **f64)
+        w = self._const(t.weights, torch.float64, f64["device"])
         race = torch.log(1.0 - u) / w                     # larger = drawn earlier
         rank = (-race).argsort(dim=1).argsort(dim=1)      # each member's place in the draw order
         chosen = rank < t.n

@@ -206,7 +206,8 @@ RC_HD void rc_hue(float v[3], float factor) {
     if (maxc == r) h = S_(bc, gc);
     else if (maxc == g) h = S_(A_(rc, 2.0f), bc);
     else h = S_(A_(gc, 4.0f), rc);
-    h = fmodf(A_(M_(h, 1.0f / 6.0f), 1.0f), 1.0f);
+    h = A_(M_(h, 1.0f / 6.0f), 1.0f); /* in [0, 2): fmod(h, 1) is h - floor(h), exactly */
+    h = S_(h, floorf(h));
     /* (h + factor) mod 1, Python's remainder (non-negative) */
     h = A_(h, factor);
     h = S_(h, floorf(h));
@@ -352,6 +353,20 @@ RC_HD void rc_aug_pixel(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x, i
     RC_AUG_SHARPEN(v, p[RC_AUG_COLOR + 2 * sharp + 1], y, x, RC_AUG_AT_);
 #undef RC_AUG_AT_
     rc_aug_pointwise(v, p, sharp + 1, stop, c->mean);
+}
+
+/* A row without an affine and without sharpness: its pixels need no neighbour and no warp, so a
+ * lean kernel makes them (cuda/augment.cu). */
+RC_HD int rc_aug_simple(const float *p) {
+    const int n = (int)p[RC_AUG_NCOLOR];
+    return !(int32_t)p[RC_AUG_AFFINE] && rc_aug_find(p, n, RC_COLOR_SHARPNESS) == n;
+}
+
+/* A simple row's pixel (y, x) after its ops [0, stop) (rc_aug_pixel's value, the same floats). */
+RC_HD void rc_aug_simple_pixel(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x, int stop) {
+    if ((int32_t)c->p[RC_AUG_FLIP] == 1) x = (int32_t)c->a->out_width - 1 - x;
+    rc_aug_base(v, c, y, x);
+    rc_aug_pointwise(v, c->p, 0, stop, c->mean);
 }
 
 /* Bound on the taps of an entry of an antialiased resize table: the crop box holds at most the frame

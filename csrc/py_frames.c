@@ -47,8 +47,9 @@ PyDoc_STRVAR(gather_frames_doc,
 "    rounded), then (v - mean) / std. Needs 3 channels; scale is ignored.\n"
 "augment_group : int\n"
 "    Output frames per parameter row (a window's time steps share their sample's row).\n"
-"scratch : float64 array [M * (H' + 1)], optional\n"
-"    Working memory for the image means of contrast ops; required when a row has one.\n"
+"scratch : float64 array [M * (H' + 1) + ceil(1.5 * M * H' * W')], optional\n"
+"    Working memory for contrast ops (row sums, image means, the image before the op);\n"
+"    required when a row has one.\n"
 "mean, std : 3 floats, optional\n"
 "    Per-channel normalization after the colour ops (augment only).\n"
 "stream : int or stream object, optional\n"
@@ -454,10 +455,10 @@ static int import_augment(rc_call *c, job *j) {
         rc_expect_dtype(s, RC_F64, "scratch"))
         return -1;
     int64_t n, stride;
-    const int64_t need = fa->count * (fa->out_height + 1);
+    const int64_t need = rc_aug_scratch_elements(fa->count, fa->out_height, fa->out_width);
     if (!rc_flatten_trailing(&n, &stride, s, 0) || (n > 1 && stride != 1) || n < need) {
         PyErr_Format(PyExc_ValueError, "scratch: expected a contiguous float64 array of at least %lld "
-                     "elements (M * (H' + 1)), got shape %s", (long long)need,
+                     "elements (M * (H' + 1) + ceil(1.5 * M * H' * W')), got shape %s", (long long)need,
                      rc_dims_str(buf, sizeof buf, s->ndim, s->shape));
         return -1;
     }

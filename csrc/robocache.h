@@ -284,12 +284,19 @@ typedef struct {
     const float *aug;          /* [count / aug_group, RC_AUG_NPARAMS] float32, on the device of out */
     int64_t aug_stride;        /* elements from one parameter row to the next */
     int64_t aug_group;         /* output frames per parameter row (a window's T steps), >= 1 */
-    double *aug_scratch;       /* [count * (out_height + 1)] float64 on the device of out, when a
-                                  parameter row holds a contrast op (its image mean); else NULL */
+    double *aug_scratch;       /* rc_aug_scratch_elements() float64 on the device of out, when a
+                                  parameter row holds a contrast op: row sums [count, out_height],
+                                  frame means [count], then (CUDA) the image before the op as float32
+                                  [count, out_height, out_width, 3]; else NULL */
     int32_t antialias;         /* resize: torchvision's antialiased bilinear (1) or plain (0) */
     int32_t normalize;         /* apply mean/std */
     float mean[3], std[3];
 } rc_gather_frames_args;
+
+/* Elements of float64 an augmented gather's scratch holds (see aug_scratch). */
+static inline int64_t rc_aug_scratch_elements(int64_t count, int64_t height, int64_t width) {
+    return count * (height + 1) + (3 * count * height * width + 1) / 2;
+}
 
 /* A parameter row of an augmented gather (float32; integers stored exactly). */
 enum {

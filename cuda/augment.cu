@@ -4,8 +4,11 @@
  * parameter rows [count / aug_group, RC_AUG_NPARAMS] float32; out [M, H', W', 3] with any strides.
  * A block per (frame, band of output rows): it tabulates its frame's antialiased-resize taps for the
  * whole window in shared memory (a pixel then reads its taps instead of computing ~50 weights), and
- * each thread makes whole pixels. Where some row has a contrast op, a first pass of the same blocks
- * sums each row's grayscale in rc_aug_tree's order and a second gives each frame's mean.
+ * each thread makes whole pixels. Rows without an affine or sharpness (most: GR00T's chains) run in
+ * a lean kernel of their own; the others in one with the whole chain. Where a row has a contrast op,
+ * a first pass of the same blocks sums each row's grayscale in rc_aug_tree's order (a simple row's
+ * image before the op is kept in the scratch, so its resize is computed once) and a second gives
+ * each frame's mean.
  * Caller's stream, no host sync. Benchmark: python benchmarks/bench_augment.py
  */
 #include <cuda_runtime.h>
@@ -62,25 +65,44 @@ __device__ rc_aug_ctx block_ctx(const rc_gather_frames_args &a, const Plan &pl, 
     return c;
 }
 
+/* The image of a simple row before its contrast op, materialized by the sums pass (float RGB of each
+ * output pixel, after the scratch's row sums and means) so that the pixels pass does not compute the
+ * resize twice: pixel (m, y, x) at img + ((m * Ho + y) * Wo + x) * 3. */
+__device__ __forceinline__ float *image_of(const rc_gather_frames_args &a, int64_t m) {
+    return (float *)(a.aug_scratch + a.count * (a.out_height + 1)) + m * a.out_height * a.out_width * 3;
+}
+
 /* Row sums of the grayscale before each frame's contrast op: lane l takes x = l, l + 256, ... in
- * order, then the tree (rc_aug_tree's order). */
-__global__ void __launch_bounds__(kThreads) sums_kernel(const rc_gather_frames_args a, const Plan pl) {
+ * order, then the tree (rc_aug_tree's order). SIMPLE: only simple rows (rc_aug_simple), whose image
+ * before the contrast op is kept; else only the others. */
+template <bool SIMPLE>
+__global__ void __launch_bounds__(kThreads) sums_kernel(const __grid_constant__ rc_gather_frames_args a, const Plan pl) {
     extern __shared__ uint4 smem[];
     __shared__ double partial[RC_AUG_LANES];
     __shared__ rc_aa_table ty, tx;
     const int64_t m = blockIdx.x / pl.bands;
+    const float *p = params_of(a, m);
+    const int n = (int)p[RC_AUG_NCOLOR], k = rc_aug_find(p, n, RC_COLOR_CONTRAST);
+    if (k == n || rc_aug_simple(p) != SIMPLE) return;            /* block-uniform */
+    const int32_t Wo = (int32_t)a.out_width;
     const int32_t y0 = (int32_t)(blockIdx.x - m * pl.bands) * pl.rows;
     const int32_t y1 = min(y0 + pl.rows, (int32_t)a.out_height);
     rc_aug_ctx c = block_ctx(a, pl, m, (char *)smem, &ty, &tx);
     __syncthreads();
-    const int n = (int)c.p[RC_AUG_NCOLOR], k = rc_aug_find(c.p, n, RC_COLOR_CONTRAST);
+    float *img = image_of(a, m);
     const int l = threadIdx.x;
     for (int32_t y = y0; y < y1; y++) {
         double s = 0.0;
-        if (c.frame && k < n)
-            for (int32_t x = l; x < (int32_t)a.out_width; x += RC_AUG_LANES) {
+        if (c.frame)
+            for (int32_t x = l; x < Wo; x += RC_AUG_LANES) {
                 float v[3];
-                rc_aug_pixel(v, &c, y, x, k);
+                if constexpr (SIMPLE) {
+                    rc_aug_simple_pixel(v, &c, y, x, k);
+                    float *e = img + ((int64_t)y * Wo + x) * 3;
+                    e[0] = v[0], e[1] = v[1], e[2] = v[2];
+                } else {
+                    rc_aug_pixel(v, &c, y, x, k);
+                }
                 s = __dadd_rn(s, (double)rc_gray(v));
             }
         partial[l] = s;
@@ -95,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) sums_kernel(const rc_gather_frames_a
 }
 
 /* Each frame's mean: its row sums in y order. */
-__global__ void means_kernel(const rc_gather_frames_args a) {
+__global__ void means_kernel(const __grid_constant__ rc_gather_frames_args a) {
     const int64_t m = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (m >= a.count) return;
     double s = 0.0;
@@ -103,23 +125,42 @@ __global__ void means_kernel(const rc_gather_frames_args a) {
     a.aug_scratch[a.count * a.out_height + m] = __ddiv_rn(s, (double)(a.out_height * a.out_width));
 }
 
-template <typename O, int KIND> /* KIND: 0 as is, 1 f16 bits, 2 bf16 bits */
-__global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_gather_frames_args a, const Plan pl) {
+/* Out's pixels. SIMPLE: only simple rows (their image before a contrast op read back from the sums
+ * pass), with the registers of that path alone; else only the others, the whole chain per pixel. */
+template <typename O, int KIND, bool SIMPLE> /* KIND: 0 as is, 1 f16 bits, 2 bf16 bits */
+__global__ void __launch_bounds__(kThreads) pixels_kernel(const __grid_constant__ rc_gather_frames_args a, const Plan pl) {
     extern __shared__ uint4 smem[];
     __shared__ rc_aa_table ty, tx;
     const int64_t m = blockIdx.x / pl.bands;
+    const float *p = params_of(a, m);
+    if (rc_aug_simple(p) != SIMPLE) return;                     /* block-uniform */
     const int32_t Wo = (int32_t)a.out_width;
     const int32_t y0 = (int32_t)(blockIdx.x - m * pl.bands) * pl.rows;
     const int32_t y1 = min(y0 + pl.rows, (int32_t)a.out_height);
-    rc_aug_ctx c = block_ctx(a, pl, m, (char *)smem, &ty, &tx);
+    const int n = (int)p[RC_AUG_NCOLOR];
+    const int k = a.aug_scratch ? rc_aug_find(p, n, RC_COLOR_CONTRAST) : n;
+    rc_aug_ctx c = {&a, frame_of(a, m), p, 0.0f, NULL, NULL};
+    if (!SIMPLE || k == n) c = block_ctx(a, pl, m, (char *)smem, &ty, &tx);   /* the resize is computed here */
     if (c.frame && a.aug_scratch) c.mean = (float)a.aug_scratch[a.count * a.out_height + m];
     __syncthreads();
-    const int n = (int)c.p[RC_AUG_NCOLOR];
+    const float *img = image_of(a, m);
     O *base = (O *)a.out + m * a.out_stride_m;
     for (int32_t q = threadIdx.x; q < (y1 - y0) * Wo; q += kThreads) {
         const int32_t y = y0 + q / Wo, x = q - (q / Wo) * Wo;
         float v[3] = {0.0f, 0.0f, 0.0f};
-        if (c.frame) rc_aug_pixel(v, &c, y, x, n);
+        if (c.frame) {
+            if constexpr (SIMPLE) {
+                if (k < n) {
+                    const float *e = img + ((int64_t)y * Wo + x) * 3;
+                    v[0] = e[0], v[1] = e[1], v[2] = e[2];
+                    rc_aug_pointwise(v, p, k, n, c.mean);
+                } else {
+                    rc_aug_simple_pixel(v, &c, y, x, n);
+                }
+            } else {
+                rc_aug_pixel(v, &c, y, x, n);
+            }
+        }
         O *px = base + (int64_t)y * a.out_stride_y + (int64_t)x * a.out_stride_x;
 #pragma unroll
         for (int ch = 0; ch < 3; ch++) {
@@ -133,6 +174,12 @@ __global__ void __launch_bounds__(kThreads) pixels_kernel(const rc_gather_frames
             else *e = f;
         }
     }
+}
+
+template <typename O, int KIND>
+void launch_pixels(const rc_gather_frames_args &a, const Plan &pl, unsigned blocks, cudaStream_t s) {
+    pixels_kernel<O, KIND, true><<<blocks, kThreads, pl.shared, s>>>(a, pl);
+    pixels_kernel<O, KIND, false><<<blocks, kThreads, pl.shared, s>>>(a, pl);
 }
 
 rc_status run(const rc_gather_frames_args &a, cudaStream_t s) {
@@ -150,18 +197,21 @@ rc_status run(const rc_gather_frames_args &a, cudaStream_t s) {
     pl.shared = pl.taps ? (int)table : 0;
     const unsigned blocks = (unsigned)(a.count * pl.bands);
     if (a.aug_scratch) {
-        sums_kernel<<<blocks, kThreads, pl.shared, s>>>(a, pl);
+        sums_kernel<true><<<blocks, kThreads, pl.shared, s>>>(a, pl);
+        sums_kernel<false><<<blocks, kThreads, pl.shared, s>>>(a, pl);
         rc_status st = RC_CUDA_CHECK(cudaGetLastError(), "augment sums kernel launch");
         if (st != RC_OK) return st;
         means_kernel<<<(unsigned)((a.count + 127) / 128), 128, 0, s>>>(a);
         st = RC_CUDA_CHECK(cudaGetLastError(), "augment means kernel launch");
         if (st != RC_OK) return st;
     }
+    /* two launches over the same blocks: the simple rows' lean kernel, then the whole chain's (each block
+     * leaves at once in the kernel that is not its row's): each runs with its own registers */
     switch (a.out_dtype) {
-    case RC_U8: pixels_kernel<uint8_t, 0><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
-    case RC_F32: pixels_kernel<float, 0><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
-    case RC_F16: pixels_kernel<uint16_t, 1><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
-    case RC_BF16: pixels_kernel<uint16_t, 2><<<blocks, kThreads, pl.shared, s>>>(a, pl); break;
+    case RC_U8: launch_pixels<uint8_t, 0>(a, pl, blocks, s); break;
+    case RC_F32: launch_pixels<float, 0>(a, pl, blocks, s); break;
+    case RC_F16: launch_pixels<uint16_t, 1>(a, pl, blocks, s); break;
+    case RC_BF16: launch_pixels<uint16_t, 2>(a, pl, blocks, s); break;
     default: return rc_fail(RC_ERR_TYPE, "gather_frames: unsupported out dtype for augmentation");
     }
     return RC_CUDA_CHECK(cudaGetLastError(), "augment kernel launch");

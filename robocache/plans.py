@@ -183,7 +183,8 @@ class FramePlan(Plan):
         kw: dict = dict(augment=params, augment_group=int(ids.shape[1]),
                         antialias=aug.layout(H, W).antialias)
         if aug.needs_scratch(H, W):
-            kw["scratch"] = torch.empty(ids.numel() * (self.out_size[0] + 1), dtype=torch.float64, device=ids.device)
+            M, (h, w) = ids.numel(), self.out_size      # row sums, means, the image before the op (robocache.h)
+            kw["scratch"] = torch.empty(M * (h + 1) + (3 * M * h * w + 1) // 2, dtype=torch.float64, device=ids.device)
         norm = aug.layout(H, W).normalize
         if norm is not None:
             kw.update(mean=norm.mean, std=norm.std)

@@ -74,7 +74,7 @@ def run_kernel(storage, fmt, rows, out_hw, *, group=1, antialias=True, norm=None
     out = np.full((M, *out_hw, 3), np.nan if dtype == np.float32 else 0xAB, dtype)  # poisoned
     ids = np.arange(M, dtype=np.int64) % storage.shape[0] if ids is None else ids
     kw = dict(mean=norm[0], std=norm[1]) if norm is not None else {}
-    scratch = np.full(M * (out_hw[0] + 1), np.nan)
+    scratch = np.full(M * (out_hw[0] + 1) + (3 * M * out_hw[0] * out_hw[1] + 1) // 2, np.nan)
     _C.gather_frames(storage, ids, out, format=fmt, height=H, width=W, channels=3, augment=rows,
                      augment_group=group, scratch=scratch, antialias=antialias, **kw)
     return out
@@ -482,7 +482,7 @@ def test_kernel_checks_rows_on_the_cpu(rng):
     for bad, match in ((row(crop_top=25), "outside the frame"), (row(ops=[(D.CONTRAST, 1.2)]), None),
                        (row(ops=[(99, 1.0)]), "unknown colour op"), (row(affine=1), "its place in the op list")):
         out = np.zeros((1, H, W, 3), np.float32)
-        kw = {} if match is None else dict(scratch=np.zeros(H + 1))
+        kw = {} if match is None else dict(scratch=np.zeros(H + 1 + (3 * H * W + 1) // 2))
         with pytest.raises(ValueError, match=match or "needs scratch"):
             _C.gather_frames(st, np.zeros(1, np.int64), out, format="rgb", height=H, width=W, channels=3,
                              augment=bad[None], **kw)

@@ -49,7 +49,9 @@ def test_cuda_equals_cpu_bit_for_bit(rng, name, fmt, where):
             storage = storage.cuda() if dev == "cuda" and where == "device" else (
                 storage.pin_memory() if dev == "cuda" else storage)
             out = torch.full((n * T, *lay.out, 3), 77, dtype=dtype, device=dev)      # poisoned
-            scratch = torch.full((n * T * (lay.out[0] + 1),), float("nan"), dtype=torch.float64, device=dev)
+            M, (h, w) = n * T, lay.out
+            scratch = torch.full((M * (h + 1) + (3 * M * h * w + 1) // 2,), float("nan"), dtype=torch.float64,
+                                 device=dev)
             _C.gather_frames(storage, ids.to(dev), out, format=fmt, height=H, width=W, channels=3,
                              augment=rows.to(dev), augment_group=T, scratch=scratch, antialias=lay.antialias, **norm)
             outs.append(out.cpu())

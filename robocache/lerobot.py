@@ -60,7 +60,7 @@ class LeRobotBatches:
     """The windows that make LeRobot's batch keys, and the per-batch step that gives them LeRobot's shapes
     and dtypes (views and casts on the device)."""
 
-    def __init__(self, ds, delta_timestamps: Mapping, tolerance_s: float = TOLERANCE_S):
+    def __init__(self, ds, delta_timestamps: Mapping, tolerance_s: float = TOLERANCE_S, image_transforms=None):
         from .windows import Window
 
         fps = dataset_fps(ds)
@@ -76,7 +76,7 @@ class LeRobotBatches:
         self.images = {k for k in features if ds.streams[k].kind == "image"}
         self.windows: dict[str, Any] = {}
         for k in features:
-            kw: dict[str, Any] = {"layout": "BTCHW"} if k in self.images else {}
+            kw: dict[str, Any] = {"layout": "BTCHW", "augment": image_transforms} if k in self.images else {}
             self.windows[k] = Window(k, indices=steps.get(k, [0]), rate=fps, mode="nearest", **kw)
         self._first = _first_index_table(ds)
 

@@ -44,12 +44,13 @@ class TrainSet:
     logs (``num_frames``, ``num_episodes``, ``episodes``). ``DataLoader(train_set, ...)`` makes its batches."""
 
     def __init__(self, dataset: Dataset, meta, delta_timestamps: dict | None, *, episodes=None,
-                 image_transforms=None, tolerance_s: float = 1e-4, seed: int = 0):
+                 image_transforms=None, augment=None, tolerance_s: float = 1e-4, seed: int = 0):
         self.dataset = dataset
         self.meta = meta
         self.delta_timestamps = dict(delta_timestamps or {})
         self.episodes = None if episodes is None else [int(e) for e in episodes]
-        self.image_transforms = image_transforms
+        self.image_transforms = image_transforms       # LeRobot's, run per sample (the fallback)
+        self.augment = augment                         # robocache's, inside the gather
         self.tolerance_s = float(tolerance_s)
         self.seed = int(seed)
 
@@ -80,8 +81,9 @@ class TrainSet:
         """``torch.utils.data.DataLoader(self, ...)`` as robocache's: LeRobot's batches made on the dataset's
         device. A ``sampler`` yields LeRobot's dataset-wide ``index`` values (its ``EpisodeAwareSampler``):
         they become robocache sample positions, and under ``torch.distributed`` each rank takes its share (as
-        accelerate gives each process its own batches). ``image_transforms`` run on each sample's images on the
-        device, as LeRobot runs them per item."""
+        accelerate gives each process its own batches). ``augment`` (LeRobot's ``ImageTransforms`` mapped onto
+        robocache.augment) runs inside the frame gather, a draw per sample and camera; ``image_transforms`` (the
+        fallback for transforms robocache lacks) run per sample on the device, as LeRobot runs them per item."""
         rank = world = None             # torch.distributed's, as robocache's loader takes them
         if sampler is not None:
             sampler = IndexSampler(sampler, self.dataset)
@@ -92,7 +94,8 @@ class TrainSet:
             collate = ImageTransformer(self.image_transforms, self.meta.camera_keys, then=collate)
         return RobocacheLoader(self.dataset, batch_size, shuffle=bool(shuffle), drop_last=drop_last, seed=self.seed,
                                sampler=sampler, collate_fn=collate, delta_timestamps=self.delta_timestamps,
-                               tolerance_s=self.tolerance_s, rank=rank, world_size=world, **torch_keywords)
+                               tolerance_s=self.tolerance_s, rank=rank, world_size=world,
+                               image_transforms=self.augment, **torch_keywords)
 
 
 class IndexSampler:
@@ -269,13 +272,30 @@ def make_dataset(cfg) -> TrainSet:
     meta = lerobot_meta(root, data.repo_id, data.revision)
     delta_timestamps = resolve_delta_timestamps(cfg.policy, meta)
     dataset = Dataset.from_lerobot(root, episodes=data.episodes, device=training_device(cfg.policy.device))
-    transforms = ImageTransforms(data.image_transforms) if data.image_transforms.enable else None
+    transforms, augment = image_augment(data.image_transforms, ImageTransforms)
     if data.use_imagenet_stats:
         for key in meta.camera_keys:
             for name, value in IMAGENET_STATS.items():
                 meta.stats[key][name] = torch.tensor(value, dtype=torch.float32)
     return TrainSet(dataset, meta, delta_timestamps, episodes=data.episodes, image_transforms=transforms,
-                    tolerance_s=cfg.tolerance_s, seed=0 if cfg.seed is None else cfg.seed)
+                    augment=augment, tolerance_s=cfg.tolerance_s, seed=0 if cfg.seed is None else cfg.seed)
+
+
+def image_augment(config, image_transforms_class):
+    """``(per-sample transforms, augment)`` for LeRobot's ``ImageTransformsConfig``: disabled -> (None, None);
+    every ``tfs`` type robocache has (ColorJitter, SharpnessJitter, RandomAffine: LeRobot's defaults) -> its
+    subset as a robocache Augment run inside the gather; a type robocache lacks -> LeRobot's own
+    ``ImageTransforms`` per sample (the documented fallback), with a warning naming it."""
+    if not config.enable:
+        return None, None
+    from . import augment
+    try:
+        return None, augment.lerobot(config)
+    except ValueError as e:
+        from .user_warning import warn
+        warn(f"robocache.lerobot_train: {e}; LeRobot's ImageTransforms run per sample instead (a Python call per "
+             "sample and camera)", RuntimeWarning)
+        return image_transforms_class(config), None
 
 
 def training_device(name: str | None) -> torch.device:

@@ -124,6 +124,9 @@ class DataLoader:
         the others without; images float32 CHW in [0, 1]; the identity keys with a dataset-wide ``index``.
         ``windows`` may add keys of their own. Deltas off the ``1 / fps`` grid by more than
         ``tolerance_s`` (LeRobot's 1e-4 s) raise a ValueError naming the key and values.
+    image_transforms : robocache.augment.Augment, torchvision v2 Compose or LeRobot ImageTransforms, optional
+        With ``delta_timestamps``: every camera's frames augmented inside the gather, each camera with its own
+        draw per sample (LeRobot's per-item transforms, with no Python call per sample; docs/loader.md#augmentation).
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -140,7 +143,8 @@ class DataLoader:
                  multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None,
                  rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False,
                  cuda_graph: bool = True, identity: bool | Iterable[str] = False,
-                 delta_timestamps: Mapping[str, Iterable[float]] | None = None, tolerance_s: float = 1e-4):
+                 delta_timestamps: Mapping[str, Iterable[float]] | None = None, tolerance_s: float = 1e-4,
+                 image_transforms=None):
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
@@ -148,9 +152,12 @@ class DataLoader:
         self._lerobot = None
         if delta_timestamps is not None:
             from .lerobot import LeRobotBatches
-            self._lerobot = LeRobotBatches(dataset, delta_timestamps, tolerance_s)
+            self._lerobot = LeRobotBatches(dataset, delta_timestamps, tolerance_s, image_transforms)
             windows = {**self._lerobot.windows, **dict(windows or {})}
             identity = True
+        elif image_transforms is not None:
+            raise ValueError("image_transforms: for LeRobot's batches (with delta_timestamps); a Window takes "
+                             "augment= otherwise")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if windows is not None and not isinstance(windows, Mapping):

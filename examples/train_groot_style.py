@@ -2,6 +2,7 @@
 
     python examples/train_groot_style.py --loader robocache --steps 200
     python examples/train_groot_style.py --loader torch --no-video
+    python examples/train_groot_style.py --augment n15     # GR00T's fine-tune image augmentation
 
 Batches as GR00T builds them (``delta_indices``, min/max normalization): state ``[B, 1, 44]``
 (index 0), action chunk ``[B, 16, 44]`` (indices 0..15 at 20 Hz, the last action repeated past an
@@ -11,7 +12,9 @@ the anchor as ``[B, 1, 3, H, W]`` float in [0, 1]. ``--loader torch`` is the pla
 ``__getitem__``); ``--loader robocache`` is ``robocache.DataLoader``. Both give the same batches
 for the same seed (tests/test_train_groot_style.py). The policy predicts the action chunk from the
 state (and frame) with a masked MSE; the loop prints the time each step waits for data and the
-time it computes, and samples/s at the end.
+time it computes, and samples/s at the end. ``--augment n15`` / ``n16`` (robocache loader) augments the
+frame as GR00T's fine-tuning does (``robocache.augment.groot_n15``: crop 0.95, resize 224x224, color jitter;
+``groot_n16``: crop 0.95, shortest edge 224, rotation +-5 degrees, color jitter), inside the frame gather.
 """
 
 from __future__ import annotations
@@ -62,22 +65,38 @@ def load_dataset(path, video: bool = True, device="cpu", shard_episodes=False) -
         return robocache.Dataset.from_lerobot(path, load_video=video, device=device, shard_episodes=shard_episodes)
 
 
-def windows(video: bool = True) -> dict:
-    """GR00T's modality config as robocache Windows: what both loaders produce."""
+def augmentation(name: str | None):
+    """GR00T's fine-tune image pipeline (train mode) for ``--augment``, or None."""
+    from robocache import augment
+    if name in (None, "none"):
+        return None
+    if name == "n15":
+        return augment.groot_n15()
+    if name == "n16":
+        return augment.groot_n16(shortest_image_edge=224, crop_fraction=0.95, random_rotation_angle=5,
+                                 color_jitter_params=dict(augment.presets.GROOT_N15_JITTER))
+    raise ValueError(f"augment must be none, n15 or n16, got {name!r}")
+
+
+def windows(video: bool = True, augment=None) -> dict:
+    """GR00T's modality config as robocache Windows: what both loaders produce (``augment``: robocache's)."""
     w = {"state": Window("observation.state", indices=[0], rate=RATE, normalize="min_max"),
          "action": Window("action", indices=range(CHUNK), rate=RATE, normalize="min_max")}
     if video:
-        w["image"] = Window(IMAGE, indices=[0], rate=RATE, layout="BTCHW")
+        w["image"] = Window(IMAGE, indices=[0], rate=RATE, layout="BTCHW", augment=augmentation(augment))
     return w
 
 
 def make_loader(kind: str, ds: robocache.Dataset, batch_size: int = 64, seed: int = 0, epoch: int = 0,
-                video: bool = True, num_workers: int = 0):
+                video: bool = True, num_workers: int = 0, augment: str | None = None):
     """An iterable of batch dicts for epoch ``epoch``; the same batches for either ``kind``.
 
     ``robocache``: made on ``ds.device``. ``torch``: made on the CPU by torch's DataLoader.
     """
-    spec = windows(video)
+    if augment not in (None, "none") and kind != "robocache":
+        raise ValueError("--augment runs in robocache's frame gather; the torch baseline has none "
+                         "(benchmarks/bench_augment.py times torchvision workers)")
+    spec = windows(video, augment)
     if kind == "robocache":
         loader = robocache.DataLoader(ds, batch_size, shuffle=True, seed=seed, windows=spec)
         loader.set_epoch(epoch)
@@ -117,7 +136,8 @@ def masked_mse(pred, action, is_pad):
 
 
 def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: bool = True, seed: int = 0,
-          lr: float = 1e-3, num_workers: int = 0, log_every: int = 10, quiet: bool = False) -> dict:
+          lr: float = 1e-3, num_workers: int = 0, log_every: int = 10, quiet: bool = False,
+          augment: str | None = None) -> dict:
     """Train for ``steps`` steps; returns ``{"losses", "data_s", "compute_s", "samples", "step_data_s",
     "step_compute_s"}`` (totals, then per-step times)."""
     device = torch.device(device)
@@ -128,14 +148,14 @@ def train(ds, kind: str, steps: int, batch_size: int = 64, device="cpu", video: 
     # is already preparing on its side stream for the next step, and count it as this step's wait
     sync = torch.cuda.current_stream(device).synchronize if device.type == "cuda" else (lambda: None)
     losses, step_data, step_compute, samples, epoch = [], [], [], 0, 0
-    it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers))
+    it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers, augment))
     while len(losses) < steps:
         t0 = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:
             epoch += 1
-            it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers))
+            it = iter(make_loader(kind, ds, batch_size, seed, epoch, video, num_workers, augment))
             continue
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         sync()
@@ -170,8 +190,12 @@ def main(argv=None):
                     help="feed the ego_view frame to the policy (decodes the mp4s at load)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-workers", type=int, default=0, help="torch loader only")
+    ap.add_argument("--augment", choices=("none", "n15", "n16"), default="none",
+                    help="GR00T's fine-tune image augmentation (N1.5 or N1.6 settings), robocache loader")
     args = ap.parse_args(argv)
     check_data(ap, args.data)
+    if args.augment != "none" and args.loader != "robocache":
+        ap.error("--augment runs in robocache's frame gather: use --loader robocache")
 
     t = time.perf_counter()
     # robocache makes batches where the data lives; the torch baseline reads host arrays
@@ -179,7 +203,7 @@ def main(argv=None):
     print(f"loaded {ds.num_frames} frames in {time.perf_counter() - t:.1f} s; loader {args.loader}, "
           f"batch {args.batch_size}, device {args.device}, video {args.video}")
     r = train(ds, args.loader, args.steps, args.batch_size, args.device, args.video, args.seed,
-              num_workers=args.num_workers)
+              num_workers=args.num_workers, augment=args.augment)
     total = r["data_s"] + r["compute_s"]
     n = len(r["losses"])
     print(f"{n} steps: data {1e3 * r['data_s'] / n:.2f} ms/step ({100 * r['data_s'] / total:.1f}%), "

@@ -108,3 +108,22 @@ def test_same_loss_with_either_loader(ex, groot):
 def test_unknown_loader(ex, groot):
     with pytest.raises(ValueError, match="torch' or 'robocache"):
         ex.make_loader("jax", groot[0])
+
+
+@pytest.mark.parametrize("augment", ["n15", "n16"])
+def test_trains_with_groots_augmentation(ex, groot, augment):
+    """--augment: the frame comes out as GR00T's fine-tuning makes it (224 on a side), the same for the same
+    (seed, epoch), and the policy trains on it."""
+    ds, video = groot
+    if not video:
+        pytest.skip("no video backend to decode the frames")
+    batches = [next(iter(ex.make_loader("robocache", ds, 8, seed=1, epoch=0, augment=augment))) for _ in (0, 1)]
+    img = batches[0]["image"]
+    assert img.shape[:3] == (8, 1, 3) and min(img.shape[-2:]) == 224 and img.dtype == torch.float32
+    plain = next(iter(ex.make_loader("robocache", ds, 8, seed=1, epoch=0)))
+    assert torch.equal(batches[0]["action"], plain["action"])          # only the images change
+    assert torch.equal(batches[0]["image"], batches[1]["image"])
+    r = ex.train(ds, "robocache", 3, batch_size=8, video=True, augment=augment, quiet=True)
+    assert len(r["losses"]) == 3 and all(math.isfinite(v) for v in r["losses"])
+    with pytest.raises(ValueError, match="robocache's frame gather"):
+        ex.make_loader("torch", ds, 8, augment=augment)

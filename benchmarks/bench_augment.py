@@ -17,6 +17,7 @@ pipeline, a torch DataLoader with --workers workers running torchvision v2 on ea
 pre-decoded in host memory: the workers do only the transforms), and the loader's share of a
 GR00T-sized step (benchmarks/groot_sized.py) with augmentation on. Checked first: in eval mode
 (center crop, no random op) robocache's batch equals torchvision's on the same frames within 1/255.
+The plain and GR00T rows again with the frames stored as I420 planes (how video frames are kept).
 --smoke: tiny sizes on the CPU, the checks and one pass of each row, untimed.
 """
 
@@ -59,6 +60,30 @@ def make_set(H: int, W: int, episodes: int, seconds: float, fps: float, device):
             ep[c] = (frames, t)
         eps.append(ep)
     return robocache.Dataset.from_episodes(eps, device=device, rates={k: fps for k in eps[0]})
+
+
+def make_yuv_set(H: int, W: int, episodes: int, seconds: float, fps: float, device):
+    """The same shape of set with each camera's frames stored as video decodes them (I420 planes)."""
+    from robocache.frames.store import FrameStore
+    from robocache.video.layout import yuv420_bytes
+    rng = np.random.default_rng(1)
+    n = int(seconds * fps)
+    times = [e * 100.0 + np.arange(n) / fps for e in range(episodes)]
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    base = (110 + 90 * np.sin(xx / 23 + yy / 31)).astype(np.uint8)
+    ch, cw = (H + 1) // 2, (W + 1) // 2
+    frames = {}
+    for k, c in enumerate(CAMERAS):
+        rows = np.empty((n * episodes, yuv420_bytes(H, W)), np.uint8)
+        for i in range(len(rows)):
+            y = np.roll(base, i + 7 * k, axis=1) + rng.integers(0, 30, (H, W), dtype=np.uint8)
+            uv = np.full(2 * ch * cw, 128, np.uint8) + rng.integers(0, 20, 2 * ch * cw, dtype=np.uint8)
+            rows[i] = np.concatenate([y.ravel(), uv])
+        store = FrameStore.create(rows, format="yuv420", height=H, width=W, channels=3, tier="device"
+                                  if device.type == "cuda" else "cpu", device=device)
+        frames[c] = (store, times)
+    eps = [{"observation.state": (rng.normal(size=(n, 7)).astype(np.float32), t)} for t in times]
+    return robocache.Dataset.from_episodes(eps, device=device, frames=frames)
 
 
 def pipelines(size: int) -> dict:
@@ -264,6 +289,12 @@ def main(argv=None) -> int:
         if dev.type == "cuda" and name == "groot":
             r.update(groot_step_share(ds, aug, size, B, 20, dev))
         result[name] = r
+    # frames stored as video decodes them (I420): the plain loader and the GR00T chain
+    yds = make_yuv_set(H, W, 2 if smoke else 8, 2.0 if smoke else 10.0, 15.0, dev)
+    yplain = samples_per_s(robocache.DataLoader(yds, B, windows=windows(None, size), drop_last=True), B, n, dev)
+    ygroot = samples_per_s(robocache.DataLoader(yds, B, windows=windows(pipelines(size)["groot"], size),
+                                                drop_last=True), B, n, dev)
+    result["yuv"] = {"plain": yplain, "groot": ygroot, "vs_plain": ygroot / yplain}
     print(f"bench_augment on {gpu}: {len(CAMERAS)} cameras {H}x{W} -> {size}x{size}, batch {B}"
           + (" (smoke: untimed)" if smoke else ""))
     print(f"  {'pipeline':18s} {'robocache':>12s} {'vs plain':>9s} {'torch DL':>10s} {'x vs DL':>8s} {'step share':>10s}")
@@ -274,6 +305,8 @@ def main(argv=None) -> int:
         x = f"{r['x_vs_torch_dl']:8.1f}" if r.get("torch_dl") else f"{'-':>8s}"
         share = f"{100 * r['loader_share']:9.1f}%" if "loader_share" in r else f"{'-':>10s}"
         print(f"  {name:18s} {r['robocache']:12.0f} {r['vs_plain']:9.2f} {dl} {x} {share}")
+    y = result["yuv"]
+    print(f"  I420 frames: plain {y['plain']:.0f}, groot {y['groot']:.0f} ({y['vs_plain']:.2f} of plain)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

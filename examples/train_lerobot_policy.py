@@ -74,6 +74,10 @@ def parse_args(argv=None):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the policy's LeRobot config, e.g. --set chunk_size=20 (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="write the curves and timings here as JSON")
+    p.add_argument("--image-transforms", action="store_true",
+                   help="LeRobot's --dataset.image_transforms.enable=true (its default ImageTransforms): per item "
+                        "in LeRobot's loader, inside the frame gather in robocache's (draws differ: the curves "
+                        "then agree in law, not step by step)")
     p.add_argument("--smoke", action="store_true", help="a few steps of a tiny ACT on small images")
     args = p.parse_args(argv)
     if args.smoke:
@@ -116,8 +120,12 @@ def train_config(args, size):
         overrides.setdefault("resize_shape", json.dumps(list(size)))
     policy = make_policy_config(args.policy, device=args.device, pretrained_backbone_weights=None,
                                 push_to_hub=False, **{k: parse_value(v) for k, v in overrides.items()})
+    from lerobot.datasets.transforms import ImageTransformsConfig
+
     cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id=f"local/{args.data.name}", root=str(args.data),
-                                                    episodes=parse_episodes(args.episodes)),
+                                                    episodes=parse_episodes(args.episodes),
+                                                    image_transforms=ImageTransformsConfig(
+                                                        enable=bool(getattr(args, "image_transforms", False)))),
                               policy=policy, seed=args.seed, batch_size=args.batch_size, steps=args.steps,
                               num_workers=args.workers)
     cfg.optimizer, cfg.scheduler = policy.get_optimizer_preset(), policy.get_scheduler_preset()
@@ -138,7 +146,7 @@ def sample_order(lengths, steps: int, batch_size: int, seed: int, drop_last_fram
 
 def robocache_batches(train_set, order, batch_size):
     loader = robocache.DataLoader(train_set.dataset, batch_size, sampler=order,
-                                  delta_timestamps=train_set.delta_timestamps)
+                                  delta_timestamps=train_set.delta_timestamps, image_transforms=train_set.augment)
     return iter(loader)
 
 

@@ -1,7 +1,8 @@
 """Augmentation on CUDA: the augmented gather equals the CPU kernel bit for bit (device and pinned host
 storage, every output dtype), the parameter rows drawn on the GPU equal the CPU's, a loader epoch runs
 with no host sync (torch.cuda.set_sync_debug_mode("error")) and replays a captured CUDA graph whose
-batches equal the eager ones.
+batches equal the eager ones, and every tier (pinned host, disk, lossless; JPEG within its quality) gives
+the device tier's augmented batches.
 """
 
 from __future__ import annotations
@@ -95,3 +96,45 @@ def test_normalized_float_batch_on_gpu_matches_cpu_loader(rng, tmp_path):
     assert len(a) == len(b) > 0
     for x, y in zip(a, b):
         assert torch.equal(x, y)
+
+
+def _smooth_yuv(n, seed):
+    """I420 rows of smooth frames (JPEG codes them well), with a little noise."""
+    from robocache.video.layout import yuv420_bytes
+    g = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:H, 0:W]
+    rows = np.empty((n, yuv420_bytes(H, W)), np.uint8)
+    ch, cw = (H + 1) // 2, (W + 1) // 2
+    for i in range(n):
+        y = 60 + 120 * (0.5 + 0.5 * np.sin(xx / (5 + i % 7) + yy / 9.0)) + g.integers(0, 6, (H, W))
+        u = 128 + 40 * np.sin(np.arange(ch * cw).reshape(ch, cw) / (11.0 + i % 3))
+        v = 128 + 40 * np.cos(np.arange(ch * cw).reshape(ch, cw) / (13.0 + i % 5))
+        rows[i] = np.concatenate([np.clip(a, 0, 255).astype(np.uint8).ravel() for a in (y, u, v)])
+    return rows
+
+
+@pytest.mark.parametrize("tier", ["host", "disk", "lossless", "compressed"])
+def test_every_tier_gives_the_device_tiers_augmented_batches(rng, tmp_path, tier):
+    import robocache
+    from robocache.frames.store import FrameStore
+    rows = _smooth_yuv(36, int(rng.integers(1 << 30)))
+    times = [e + np.arange(12) / 10.0 for e in range(3)]
+
+    def ds(t):
+        store = FrameStore.create(rows, format="yuv420", height=H, width=W, channels=3, tier=t, device="cuda",
+                                  path=tmp_path / f"{t}.npy" if t == "disk" else None)
+        return robocache.Dataset.from_episodes(
+            [{"state": (np.zeros((12, 2), np.float32), times[e])} for e in range(3)], device="cuda",
+            frames={"cam": (store, times)})
+
+    aug = PIPELINES["rrc_flip_rotate"]()
+    a = [b["cam"].cpu() for b in DataLoader(ds("device"), 6, windows=_windows(aug), seed=5)]
+    b = [b["cam"].cpu() for b in DataLoader(ds(tier), 6, windows=_windows(aug), seed=5)]
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x.shape == y.shape
+        if tier == "compressed":                  # lossy: within the tier's stated quality
+            mse = float(((x - y) ** 2).mean())
+            assert 10 * np.log10(1.0 / max(mse, 1e-12)) > 35, mse
+        else:
+            assert torch.equal(x, y)

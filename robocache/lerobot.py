@@ -60,8 +60,12 @@ class LeRobotBatches:
     """The windows that make LeRobot's batch keys, and the per-batch step that gives them LeRobot's shapes
     and dtypes (views and casts on the device)."""
 
-    def __init__(self, ds, delta_timestamps: Mapping, tolerance_s: float = TOLERANCE_S, image_transforms=None):
+    def __init__(self, ds, delta_timestamps: Mapping | None, tolerance_s: float = TOLERANCE_S, image_transforms=None):
         from .windows import Window
+
+        if delta_timestamps is None:
+            raise ValueError("image_transforms: for LeRobot's batches (with delta_timestamps); a Window takes "
+                             "augment= otherwise")
 
         fps = dataset_fps(ds)
         check_delta_timestamps(delta_timestamps, fps, tolerance_s)

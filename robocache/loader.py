@@ -123,10 +123,8 @@ class DataLoader:
         every feature of the dataset, keys in ``delta_timestamps`` with a time axis and ``{key}_is_pad``,
         the others without; images float32 CHW in [0, 1]; the identity keys with a dataset-wide ``index``.
         ``windows`` may add keys of their own. Deltas off the ``1 / fps`` grid by more than
-        ``tolerance_s`` (LeRobot's 1e-4 s) raise a ValueError naming the key and values.
-    image_transforms : robocache.augment.Augment, torchvision v2 Compose or LeRobot ImageTransforms, optional
-        With ``delta_timestamps``: every camera's frames augmented inside the gather, each camera with its own
-        draw per sample (LeRobot's per-item transforms, with no Python call per sample; docs/loader.md#augmentation).
+        ``tolerance_s`` (LeRobot's 1e-4 s) raise a ValueError naming the key and values. ``image_transforms`` (an
+        ``augment.Augment``, a torchvision Compose or LeRobot's ImageTransforms) augments its cameras in the gather.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
         Accepted and ignored: batches are made on the device by kernels, there are no workers to
@@ -135,7 +133,7 @@ class DataLoader:
 
     def __init__(self, dataset: Dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
                  seed: int = 0, *, windows: Mapping[str, Window | str] | None = None, anchor: str | None = None,
-                 rate: float | None = None, sampler: Iterable[int] | None = None,
+                 rate: float | None = None, sampler: Iterable[int] | None = None, image_transforms=None,
                  collate_fn: Callable[[dict], Any] | None = None, generator=None, device=None,
                  num_workers: int | None = None, pin_memory: bool | None = None,
                  persistent_workers: bool | None = None, prefetch_factor: int | None = None,
@@ -143,21 +141,17 @@ class DataLoader:
                  multiprocessing_context=None, pin_memory_device: str | None = None, in_order: bool | None = None,
                  rank: int | None = None, world_size: int | None = None, shard_episodes: bool = False,
                  cuda_graph: bool = True, identity: bool | Iterable[str] = False,
-                 delta_timestamps: Mapping[str, Iterable[float]] | None = None, tolerance_s: float = 1e-4,
-                 image_transforms=None):
+                 delta_timestamps: Mapping[str, Iterable[float]] | None = None, tolerance_s: float = 1e-4):
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
         # LeRobot's batches (robocache/lerobot.py): its features as windows, the identity keys, its shapes
         self._lerobot = None
-        if delta_timestamps is not None:
+        if delta_timestamps is not None or image_transforms is not None:   # (transforms need timestamps: below)
             from .lerobot import LeRobotBatches
             self._lerobot = LeRobotBatches(dataset, delta_timestamps, tolerance_s, image_transforms)
             windows = {**self._lerobot.windows, **dict(windows or {})}
             identity = True
-        elif image_transforms is not None:
-            raise ValueError("image_transforms: for LeRobot's batches (with delta_timestamps); a Window takes "
-                             "augment= otherwise")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if windows is not None and not isinstance(windows, Mapping):

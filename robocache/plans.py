@@ -146,7 +146,8 @@ class FramePlan(Plan):
         s = streams[0]
         self.augment = w.augment
         self.camera = 0                      # set by BatchPlan: this window's place among augmented cameras
-        self.epoch_key = None                # [1] int64 on the device: draw.epoch_key(seed, epoch)
+        self.epoch_key: Any = None           # [1] int64 on the device: draw.epoch_key(seed, epoch)
+        self.out_size: tuple[int, int] = (0, 0)
         if self.augment is not None:
             store = s.frames
             if store.channels != 3 or store.dtype != _torch().uint8:
@@ -287,7 +288,7 @@ class BatchPlan:
         self.ds = ds
         self.plans = [plan(str(k), w, ds) for k, w in windows.items()]
         #: the windows whose frames are augmented, each a camera of its own for the draws
-        self.augmented = [p for p in self.plans if getattr(p, "augment", None) is not None]
+        self.augmented = [p for p in self.plans if isinstance(p, FramePlan) and p.augment is not None]
         for i, p in enumerate(self.augmented):
             p.camera = i
         self.offsets = torch.cat([p.offsets for p in self.plans])
@@ -322,7 +323,7 @@ class BatchPlan:
             rows, episodes = episodes, self.episode.index_select(0, episodes)
         targets = times[:, None] + self.offsets[None, :]
         for p, (a, b) in zip(self.plans, self.columns):
-            if getattr(p, "augment", None) is not None:
+            if isinstance(p, FramePlan) and p.augment is not None:
                 p.run(self.ds, episodes, targets[:, a:b], out, host, anchors=times)
             else:
                 p.run(self.ds, episodes, targets[:, a:b], out, host)

@@ -77,8 +77,10 @@ class Augment:
         Train mode draws; eval mode (``.eval()``) centers the crops and turns off every random op.
     """
 
+    transforms: tuple
+
     def __init__(self, transforms: Sequence[Transform], *, share_cameras: bool = False, training: bool = True):
-        ts = list(transforms.transforms if isinstance(transforms, Augment) else transforms)
+        ts: list = list(transforms)
         for t in ts:
             if not isinstance(t, Transform):
                 raise TypeError(f"Augment: {t!r} is not a robocache.augment transform (a torchvision Compose goes "
@@ -193,7 +195,7 @@ class Augment:
         return lay
 
     @staticmethod
-    def _crop_size(t: Transform, size: tuple[int, int], strict: bool) -> tuple[int, int]:
+    def _crop_size(t: Any, size: tuple[int, int], strict: bool) -> tuple[int, int]:
         h, w = size
         if isinstance(t, FractionCrop):
             box = (max(1, int(h * t.fraction)), max(1, int(w * t.fraction)))

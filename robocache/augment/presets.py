@@ -53,8 +53,8 @@ def groot_n16(*, shortest_image_edge: int | None = 256, crop_fraction: float | N
     if random_rotation_angle:
         ts.append(T.RandomRotation(float(random_rotation_angle), interpolation="bilinear"))
     if color_jitter_params:
-        ts.append(T.ColorJitter(**{k: color_jitter_params.get(k) for k in ("brightness", "contrast", "saturation",
-                                                                           "hue")}))
+        get = color_jitter_params.get
+        ts.append(T.ColorJitter(get("brightness"), get("contrast"), get("saturation"), get("hue")))
     return Augment(ts, share_cameras=True, training=train)
 
 

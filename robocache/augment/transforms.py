@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 INTERPOLATIONS = ("nearest", "bilinear")
 
@@ -80,9 +80,9 @@ class Transform:
 class RandomResizedCrop(Transform):
     """torchvision's RandomResizedCrop: a box of ``scale`` of the area and aspect ``ratio`` (log-uniform),
     10 tries then the centered fallback, resized to ``size``. Eval: that fallback box."""
-    size: int | Sequence[int]
-    scale: Sequence[float] = (0.08, 1.0)
-    ratio: Sequence[float] = (3 / 4, 4 / 3)
+    size: Any                 # int or (h, w); (h, w) or (s,) after checking
+    scale: Any = (0.08, 1.0)
+    ratio: Any = (3 / 4, 4 / 3)
     antialias: bool = True
     kind = "crop"
 
@@ -97,7 +97,7 @@ class RandomResizedCrop(Transform):
 @dataclass(frozen=True)
 class RandomCrop(Transform):
     """torchvision's RandomCrop (no padding): a ``size`` box at a uniform position. Eval: centered."""
-    size: int | Sequence[int]
+    size: Any
     kind = "crop"
 
     def __post_init__(self):
@@ -107,7 +107,7 @@ class RandomCrop(Transform):
 @dataclass(frozen=True)
 class CenterCrop(Transform):
     """torchvision's CenterCrop: top = round((H - h) / 2), left = round((W - w) / 2)."""
-    size: int | Sequence[int]
+    size: Any
     kind = "crop"
 
     def __post_init__(self):
@@ -130,7 +130,7 @@ class FractionCrop(Transform):
 class Resize(Transform):
     """torchvision's Resize: ``size`` (h, w), or an int for the shortest edge (the long one
     ``int(size * long / short)``, capped by ``max_size``); bilinear, antialiased by default."""
-    size: int | Sequence[int]
+    size: Any
     max_size: int | None = None
     antialias: bool = True
     kind = "resize"
@@ -157,10 +157,10 @@ class RandomAffine(Transform):
     """torchvision's RandomAffine about the image center, fill 0: angle uniform in ``degrees``,
     translation ``round(uniform(-t * size, t * size))`` pixels per axis, ``scale`` uniform, ``shear``
     (x range, or x and y ranges) uniform; ``interpolation`` nearest (torchvision's default) or bilinear."""
-    degrees: float | Sequence[float] = 0.0
-    translate: Sequence[float] | None = None
-    scale: Sequence[float] | None = None
-    shear: float | Sequence[float] | None = None
+    degrees: Any = 0.0              # a number or (min, max); (min, max) after checking
+    translate: Any = None
+    scale: Any = None
+    shear: Any = None
     interpolation: str = "nearest"
     kind = "affine"
 
@@ -198,10 +198,10 @@ class RandomRotation(RandomAffine):
 class ColorJitter(Transform):
     """torchvision v2's ColorJitter: each given factor uniform in its range, the four ops in a random
     order per sample (``fixed_order=True``: brightness, contrast, saturation, hue)."""
-    brightness: float | Sequence[float] | None = None
-    contrast: float | Sequence[float] | None = None
-    saturation: float | Sequence[float] | None = None
-    hue: float | Sequence[float] | None = None
+    brightness: Any = None          # a number or (min, max); (min, max) or None after checking
+    contrast: Any = None
+    saturation: Any = None
+    hue: Any = None
     fixed_order: bool = False
     kind = "colour"
 
@@ -212,7 +212,7 @@ class ColorJitter(Transform):
         object.__setattr__(self, "hue", _pair("ColorJitter", "hue", self.hue, center=0.0, bound=(-0.5, 0.5)))
 
     @property
-    def ranges(self) -> list[tuple[str, tuple[float, float] | None]]:
+    def ranges(self) -> list[tuple[str, Any]]:
         return [("brightness", self.brightness), ("contrast", self.contrast), ("saturation", self.saturation),
                 ("hue", self.hue)]
 
@@ -220,7 +220,7 @@ class ColorJitter(Transform):
 @dataclass(frozen=True)
 class SharpnessJitter(Transform):
     """LeRobot's SharpnessJitter: ``adjust_sharpness`` with a factor uniform in ``sharpness``."""
-    sharpness: float | Sequence[float]
+    sharpness: Any
     kind = "colour"
 
     def __post_init__(self):
@@ -256,9 +256,9 @@ class RandomSubset(Transform):
     """LeRobot's RandomSubsetApply: ``n`` of ``transforms`` (colour jitters, sharpness, an affine) drawn
     without replacement with probabilities proportional to ``weights`` (torch.multinomial's rule), applied
     in their listed order, or in the drawn order with ``random_order``."""
-    transforms: Sequence[Transform]
-    weights: Sequence[float] | None = None
-    n: int | None = None
+    transforms: Any                 # a sequence of transforms; a tuple after checking
+    weights: Any = None
+    n: Any = None
     random_order: bool = False
     kind = "colour"
 
@@ -287,8 +287,8 @@ class RandomSubset(Transform):
 @dataclass(frozen=True)
 class Normalize(Transform):
     """torchvision's Normalize: ``(v - mean) / std`` per channel, after everything else."""
-    mean: Sequence[float] = field(default=(0.485, 0.456, 0.406))
-    std: Sequence[float] = field(default=(0.229, 0.224, 0.225))
+    mean: Any = field(default=(0.485, 0.456, 0.406))
+    std: Any = field(default=(0.229, 0.224, 0.225))
     kind = "normalize"
 
     def __post_init__(self):

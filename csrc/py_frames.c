@@ -476,7 +476,8 @@ static int check_augment_rows(const rc_gather_frames_args *fa) {
         const float ch = p[RC_AUG_CROP_H], cw = p[RC_AUG_CROP_W];
         const float rh = p[RC_AUG_RESIZE_H], rw = p[RC_AUG_RESIZE_W];
         const float ot = p[RC_AUG_OUT_TOP], ol = p[RC_AUG_OUT_LEFT];
-        const int n = (int)p[RC_AUG_NCOLOR];
+        const float nf = p[RC_AUG_NCOLOR];
+        const int n = nf >= 0 && nf <= RC_AUG_MAX_COLOR ? (int)nf : 0; /* a cast of NaN would be UB */
         const char *bad = NULL;
         if (!(top >= 0 && left >= 0 && ch >= 1 && cw >= 1 && top + ch <= fa->height && left + cw <= fa->width))
             bad = "the crop box lies outside the frame";
@@ -486,8 +487,8 @@ static int check_augment_rows(const rc_gather_frames_args *fa) {
             bad = "out's window lies outside the resized box";
         else if (!(p[RC_AUG_FLIP] >= 0 && p[RC_AUG_FLIP] <= 2 && p[RC_AUG_AFFINE] >= 0 && p[RC_AUG_AFFINE] <= 2))
             bad = "flip and affine must be 0, 1 or 2";
-        else if (!(n >= 0 && n <= RC_AUG_MAX_COLOR))
-            bad = "too many colour ops";
+        else if (!(nf >= 0 && nf <= RC_AUG_MAX_COLOR))
+            bad = "the op count must be a number in [0, 8]";
         for (int k = 0; !bad && k < n; k++) {
             const float op = p[RC_AUG_COLOR + 2 * k];
             if (!(op >= RC_COLOR_NONE && op <= RC_COLOR_AFFINE) || !isfinite(p[RC_AUG_COLOR + 2 * k + 1]))

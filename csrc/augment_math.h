@@ -89,9 +89,6 @@ RC_HD float rc_aa_tap(const rc_aa_axis *w, int32_t j) {
     return w->total != 0.0f ? D_(f, w->total) : f;
 }
 
-/* Taps of a table entry the CUDA kernel unrolls (a 480x640 -> 224 resize has 5 and 7). */
-#define RC_AA_UNROLL 8
-
 /* The antialiased resize's taps of every window row (or column): entry i (window index i, the
  * resized box's i + out_top) has n[i] taps from source index lo[i] (relative to the crop box) with
  * weights w[i * k .. i * k + n[i]), the values rc_aa_tap gives. The CUDA kernel builds them per block
@@ -153,19 +150,7 @@ RC_HD void rc_aug_resized(float out[3], const rc_aug_ctx *c, int32_t y, int32_t 
         const float *wy = c->ty->w + (int64_t)y * c->ty->k, *wx = c->tx->w + (int64_t)x * c->tx->k;
         for (int32_t ty = 0; ty < ny; ty++) { /* rows of horizontal sums, as torch's separable passes */
             float row[3] = {0.0f, 0.0f, 0.0f};
-            int32_t tx = 0;
-#ifdef __CUDA_ARCH__
-            /* the first RC_AA_UNROLL taps unrolled (predicated): their loads issue ahead of the sums,
-             * which keep their order (the same floats as the loop below) */
-#pragma unroll
-            for (int32_t u = 0; u < RC_AA_UNROLL; u++)
-                if (u < nx) {
-                    rc_aug_source(px, a, c->frame, sy + ty, sx + u);
-                    for (int k = 0; k < 3; k++) row[k] = A_(row[k], M_(wx[u], px[k]));
-                }
-            tx = RC_AA_UNROLL;
-#endif
-            for (; tx < nx; tx++) {
+            for (int32_t tx = 0; tx < nx; tx++) {
                 rc_aug_source(px, a, c->frame, sy + ty, sx + tx);
                 for (int k = 0; k < 3; k++) row[k] = A_(row[k], M_(wx[tx], px[k]));
             }

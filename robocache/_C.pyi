@@ -74,7 +74,10 @@ ColorMatrix = Literal["bt601", "bt709", "bt2020"]
 
 def gather_frames(storage: Any, ids: Any, out: Any, *, format: FrameFormat, height: int, width: int,
                   channels: int, matrix: ColorMatrix = "bt601", full_range: bool = False,
-                  scale: float | None = None, stream: Any | None = None) -> Any: ...
+                  scale: float | None = None, augment: Any | None = None, augment_group: int = 1,
+                  scratch: Any | None = None, antialias: bool = True,
+                  mean: tuple[float, float, float] | None = None, std: tuple[float, float, float] | None = None,
+                  stream: Any | None = None) -> Any: ...
 JpegBackend = Literal["auto", "hardware", "gpu_hybrid", "hybrid", "default"]
 def decode_jpeg(storage: Any, offsets: Any, ids: Any, out: Any, *, height: int, width: int,
                 library: str | None = None, backend: JpegBackend = "auto", stream: Any | None = None) -> Any: ...

@@ -10,6 +10,7 @@ import warnings
 
 from . import _C, driver
 from ._C import CudaError, get_num_threads, resample, set_num_threads
+from ._util import ReaderError
 from ._C import voxelize
 from ._C import fuse
 from .dataset import Dataset, Stream  # torch is imported inside, on first use
@@ -17,7 +18,7 @@ from .loader import DataLoader, Window, lerobot_item  # likewise
 from . import viz  # matplotlib is imported when a viz function is called
 
 __version__ = _C.__version__
-__all__ = ["CPUOnlyBuildWarning", "CudaError", "DataLoader", "Dataset", "Stream", "Window", "build_info",
+__all__ = ["CPUOnlyBuildWarning", "CudaError", "DataLoader", "Dataset", "ReaderError", "Stream", "Window", "build_info",
            "cuda_available", "fuse", "get_num_threads", "lerobot_item", "resample", "set_num_threads", "viz", "voxelize"]
 
 

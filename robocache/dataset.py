@@ -501,6 +501,14 @@ class Dataset:
             out[name] = v
         return out
 
+    def __getitems__(self, indices):
+        # torch's DataLoader fetches through __getitems__ (torch >= 2.1): over a Dataset it would sample
+        # range(len(ds)), the episode count, and silently read only that many frames
+        raise TypeError(f"torch.utils.data.DataLoader over a robocache.Dataset would see len(ds) = {len(self)} "
+                        f"episodes, not its {self.num_frames} frames (ds[i] is frame i): make batches with "
+                        "robocache.DataLoader(ds, batch_size, ...) (on the device, no workers), or give torch's "
+                        "DataLoader ds.frames_view (len = frames)")
+
     @property
     def frames_view(self) -> "FramesView":
         """The dataset as a map-style sequence of frames: ``len(view) == ds.num_frames``, ``view[i] == ds[i]``

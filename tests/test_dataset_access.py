@@ -210,3 +210,20 @@ def test_channel_first_images_resample_as_values():
     out = ds.resample("cam", torch.tensor([1]), torch.tensor([[0.1, 0.26]], dtype=torch.float64))
     want = eps[1]["cam"][0][[1, 3]]
     assert out.shape == (1, 2, 3, 8, 8) and torch.equal(out[0], torch.from_numpy(want))
+
+
+def test_torch_dataloader_over_a_dataset_fails_clearly_and_frames_view_works():
+    """len(ds) counts episodes while ds[i] is frame i: torch's DataLoader over ds would silently read
+    len(ds) frames of an epoch, so its first fetch is a TypeError saying what to use; over ds.frames_view it
+    reads every frame (issue 43 item 2)."""
+    import robocache
+    torch = pytest.importorskip("torch")
+    eps = [{"x": (np.arange(5, dtype=np.float32)[:, None] + 10 * e, np.arange(5) / 10.0)} for e in range(3)]
+    ds = robocache.Dataset.from_episodes(eps, device="cpu")
+    assert len(ds) == 3 and ds.num_frames == 15
+    for kw in ({}, {"batch_size": 4}):
+        with pytest.raises(TypeError, match="frames_view"):
+            next(iter(torch.utils.data.DataLoader(ds, **kw)))
+    seen = [int(i) for b in torch.utils.data.DataLoader(ds.frames_view, batch_size=4) for i in b["index"]]
+    assert sorted(seen) == list(range(15))
+    assert robocache.ReaderError.__module__ == "robocache._util"

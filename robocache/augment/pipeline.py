@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from .._util import torch as _torch
 from . import draw as D
-from .transforms import (CenterCrop, ColorJitter, FractionCrop, Normalize, RandomAdjustSharpness, RandomAffine,
+from .transforms import (ColorJitter, FractionCrop, Normalize, RandomAdjustSharpness, RandomAffine,
                          RandomCrop, RandomGrayscale, RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
                          RandomSubset, Resize, SharpnessJitter, Transform)
 
@@ -227,13 +227,11 @@ class Augment:
         """Parameter rows ``[B, RC_AUG_NPARAMS]`` float32 on the device of ``episodes``: one per sample
         (episode, anchor time), for stored frames of ``height x width``; ``key``: a one-element int64
         tensor on that device (``draw.epoch_key(seed, epoch)``), read on the device (graph-safe)."""
-        torch = _torch()
         lay = self.layout(height, width)
         cam = 0 if self.share_cameras else int(camera)
         n = self._slot_count(lay, height, width)
         u = D.uniforms(key, episodes, times, cam, max(n, 1))
-        rows = self._rows(lay, D.Slots(u), height, width, int(episodes.shape[0]), episodes.device)
-        return rows
+        return self._rows(lay, D.Slots(u), height, width, int(episodes.shape[0]), episodes.device)
 
     def _slot_count(self, lay: Layout, height: int, width: int) -> int:
         """Uniforms one sample takes (a dry run on one CPU sample, once per size and mode)."""

@@ -362,11 +362,23 @@ RC_HD int rc_aug_simple(const float *p) {
     return !(int32_t)p[RC_AUG_AFFINE] && rc_aug_find(p, n, RC_COLOR_SHARPNESS) == n;
 }
 
+/* A simple row's out column x as a column of the resized window: without an affine a flip before it
+ * and one after it mirror alike. */
+RC_HD int32_t rc_aug_column(const float *p, int32_t x, int64_t width) {
+    const int32_t flip = (int32_t)p[RC_AUG_FLIP];
+    return flip == 1 || flip == 2 ? (int32_t)width - 1 - x : x;
+}
+
+/* A simple row's pixel from its resized value `v` (0..255): to [0, 1], then its ops [0, stop). */
+RC_HD void rc_aug_simple_finish(float v[3], const float *p, int stop, float mean) {
+    for (int k = 0; k < 3; k++) v[k] = D_(v[k], 255.0f);
+    rc_aug_pointwise(v, p, 0, stop, mean);
+}
+
 /* A simple row's pixel (y, x) after its ops [0, stop) (rc_aug_pixel's value, the same floats). */
 RC_HD void rc_aug_simple_pixel(float v[3], const rc_aug_ctx *c, int32_t y, int32_t x, int stop) {
-    if ((int32_t)c->p[RC_AUG_FLIP] == 1) x = (int32_t)c->a->out_width - 1 - x;
-    rc_aug_base(v, c, y, x);
-    rc_aug_pointwise(v, c->p, 0, stop, c->mean);
+    rc_aug_resized(v, c, y, rc_aug_column(c->p, x, c->a->out_width));
+    rc_aug_simple_finish(v, c->p, stop, c->mean);
 }
 
 /* Bound on the taps of an entry of an antialiased resize table: the crop box holds at most the frame

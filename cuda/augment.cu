@@ -23,12 +23,16 @@ namespace {
 constexpr int kThreads = RC_AUG_LANES; /* the sums' lanes are the block's threads */
 constexpr int kBandPixels = 4096;      /* output pixels per block: ~16 per thread */
 constexpr int kMaxShared = 48 * 1024;  /* the tables' budget without an opt-in */
+constexpr int kMaxSeparable = 100 * 1024; /* the separable sums pass's shared memory: 2 blocks per SM */
+constexpr int kMaxBandRows = 16;
 
 struct Plan {
     int rows;      /* output rows per block */
     int bands;     /* blocks per frame */
     int taps;      /* table weights per entry; 0: no tables (the taps are computed where used) */
-    int shared;    /* bytes of the tables */
+    int shared;    /* bytes of the tables (a multiple of 16) */
+    int span;      /* source rows the separable sums pass holds; 0: that pass is not used */
+    int sums_shared; /* bytes of the sums pass's shared memory: tables, horizontal sums, row partials */
 };
 
 __device__ __forceinline__ const float *params_of(const rc_gather_frames_args &a, int64_t m) {
@@ -72,6 +76,62 @@ __device__ __forceinline__ float *image_of(const rc_gather_frames_args &a, int64
     return (float *)(a.aug_scratch + a.count * (a.out_height + 1)) + m * a.out_height * a.out_width * 3;
 }
 
+/* A simple row's band through the separable resize, for the sums pass: the horizontal sums of the
+ * band's source rows computed once into shared memory (each the value the per-pixel path computes for
+ * every output row that uses that source row, in the same order of adds), then each pixel's vertical
+ * sum, its ops before the contrast op, the image kept, and the grayscale row sums in rc_aug_tree's
+ * order for all the band's rows at once. The per-pixel path read ~35 source pixels per output pixel
+ * through L1 (the kernel's bound); this reads ~2.5 x 7. False (block-uniform) when the band's source
+ * rows exceed the plan's span: the caller takes the per-pixel path. */
+__device__ bool separable_sums(const rc_gather_frames_args &a, const Plan &pl, const rc_aug_ctx &c, int64_t m,
+                               int stop, int32_t y0, int32_t y1, char *sm) {
+    const rc_aa_table &ty = *c.ty, &tx = *c.tx;
+    int32_t r0 = INT32_MAX, r1 = 0;
+    for (int32_t y = y0; y < y1; y++) r0 = min(r0, ty.lo[y]), r1 = max(r1, ty.lo[y] + ty.n[y]);
+    const int32_t span = r1 - r0, Wo = (int32_t)a.out_width, L = RC_AUG_LANES;
+    if (span > pl.span) return false;
+    float *hs = (float *)(sm + pl.shared);
+    double *partial = (double *)(hs + (int64_t)pl.span * Wo * 3);
+    const int32_t top = (int32_t)c.p[RC_AUG_CROP_TOP] + r0, left = (int32_t)c.p[RC_AUG_CROP_LEFT];
+    for (int32_t q = threadIdx.x; q < span * Wo; q += kThreads) {
+        const int32_t r = q / Wo, x = q - r * Wo, sx = left + tx.lo[x];
+        const float *w = tx.w + (int64_t)x * tx.k;
+        float row[3] = {0.0f, 0.0f, 0.0f}, px[3];
+        for (int32_t t = 0; t < tx.n[x]; t++) {
+            rc_aug_source(px, &a, c.frame, top + r, sx + t);
+            for (int k = 0; k < 3; k++) row[k] = RC_FADD(row[k], RC_FMUL(w[t], px[k]));
+        }
+        for (int k = 0; k < 3; k++) hs[(int64_t)q * 3 + k] = row[k];
+    }
+    __syncthreads();
+    float *img = image_of(a, m);
+    for (int32_t y = y0; y < y1; y++) {
+        const float *w = ty.w + (int64_t)y * ty.k, *h = hs + (int64_t)(ty.lo[y] - r0) * Wo * 3;
+        double s = 0.0;
+        for (int32_t x = threadIdx.x; x < Wo; x += L) {
+            const int64_t col = (int64_t)rc_aug_column(c.p, x, Wo) * 3;
+            float v[3] = {0.0f, 0.0f, 0.0f};
+            for (int32_t t = 0; t < ty.n[y]; t++)
+                for (int k = 0; k < 3; k++) v[k] = RC_FADD(v[k], RC_FMUL(w[t], h[(int64_t)t * Wo * 3 + col + k]));
+            rc_aug_simple_finish(v, c.p, stop, c.mean);
+            float *e = img + ((int64_t)y * Wo + x) * 3;
+            e[0] = v[0], e[1] = v[1], e[2] = v[2];
+            s = __dadd_rn(s, (double)rc_gray(v));
+        }
+        partial[(y - y0) * L + threadIdx.x] = s;
+    }
+    __syncthreads();
+    for (int h = L / 2; h > 0; h >>= 1) { /* every row's tree at once, each in rc_aug_tree's order */
+        for (int i = threadIdx.x; i < (y1 - y0) * h; i += kThreads) {
+            double *row = partial + (i / h) * L;
+            row[i % h] = __dadd_rn(row[i % h], row[i % h + h]);
+        }
+        __syncthreads();
+    }
+    for (int32_t y = y0 + threadIdx.x; y < y1; y += kThreads) a.aug_scratch[m * a.out_height + y] = partial[(y - y0) * L];
+    return true;
+}
+
 /* Row sums of the grayscale before each frame's contrast op: lane l takes x = l, l + 256, ... in
  * order, then the tree (rc_aug_tree's order). SIMPLE: only simple rows (rc_aug_simple), whose image
  * before the contrast op is kept; else only the others. */
@@ -89,6 +149,8 @@ __global__ void __launch_bounds__(kThreads) sums_kernel(const __grid_constant__ 
     const int32_t y1 = min(y0 + pl.rows, (int32_t)a.out_height);
     rc_aug_ctx c = block_ctx(a, pl, m, (char *)smem, &ty, &tx);
     __syncthreads();
+    if constexpr (SIMPLE)
+        if (c.ty && pl.span && separable_sums(a, pl, c, m, k, y0, y1, (char *)smem)) return;
     float *img = image_of(a, m);
     const int l = threadIdx.x;
     for (int32_t y = y0; y < y1; y++) {
@@ -182,22 +244,48 @@ void launch_pixels(const rc_gather_frames_args &a, const Plan &pl, unsigned bloc
     pixels_kernel<O, KIND, false><<<blocks, kThreads, pl.shared, s>>>(a, pl);
 }
 
+/* The separable sums pass's band: the most output rows (<= rows) whose source rows fit its shared
+ * memory, bounded for any crop box (scale <= height / out_height, each entry <= taps). */
+void plan_separable(Plan &pl, const rc_gather_frames_args &a) {
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) optin = 0;
+    const int budget = min(optin - 4 * 1024, kMaxSeparable); /* the static partials of the other path */
+    pl.span = 0;
+    pl.sums_shared = pl.shared;
+    if (!pl.taps) return;
+    for (int r = min(pl.rows, kMaxBandRows); r >= 2; r--) {
+        const int64_t span = ((int64_t)(r - 1) * a.height + a.out_height - 1) / a.out_height + 2 + pl.taps;
+        const int64_t bytes = pl.shared + span * a.out_width * 12 + (int64_t)r * RC_AUG_LANES * 8;
+        if (bytes <= budget) {
+            pl.rows = r, pl.span = (int)span, pl.sums_shared = (int)bytes;
+            return;
+        }
+    }
+}
+
 rc_status run(const rc_gather_frames_args &a, cudaStream_t s) {
     const int64_t Ho = a.out_height, Wo = a.out_width;
     if (a.count == 0 || Ho == 0 || Wo == 0) return RC_OK;
     Plan pl;
     pl.rows = (int)(kBandPixels / Wo > 0 ? (kBandPixels / Wo < Ho ? kBandPixels / Wo : Ho) : 1);
+    const int32_t k = max(rc_aa_max_taps(a.height, Ho), rc_aa_max_taps(a.width, Wo));
+    const int64_t table = ((Ho + Wo) * (int64_t)(2 + k) * 4 + 15) / 16 * 16;
+    pl.taps = a.antialias && table <= kMaxShared ? k : 0; /* else the taps are computed where used */
+    pl.shared = pl.taps ? (int)table : 0;
+    if (a.aug_scratch) plan_separable(pl, a);
+    else pl.span = 0, pl.sums_shared = pl.shared;
     pl.bands = (int)((Ho + pl.rows - 1) / pl.rows);
     if (a.count * pl.bands > INT32_MAX)
         return rc_fail(RC_ERR_VALUE, "gather_frames: %lld frames of %lld rows are too many for one launch",
                        (long long)a.count, (long long)Ho);
-    const int32_t k = max(rc_aa_max_taps(a.height, Ho), rc_aa_max_taps(a.width, Wo));
-    const int64_t table = (Ho + Wo) * (int64_t)(2 + k) * 4;
-    pl.taps = a.antialias && table <= kMaxShared ? k : 0; /* else the taps are computed where used */
-    pl.shared = pl.taps ? (int)table : 0;
     const unsigned blocks = (unsigned)(a.count * pl.bands);
     if (a.aug_scratch) {
-        sums_kernel<true><<<blocks, kThreads, pl.shared, s>>>(a, pl);
+        if (pl.sums_shared > kMaxShared) {
+            rc_status st = RC_CUDA_CHECK(cudaFuncSetAttribute(sums_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                              pl.sums_shared), "augment sums kernel shared memory");
+            if (st != RC_OK) return st;
+        }
+        sums_kernel<true><<<blocks, kThreads, pl.sums_shared, s>>>(a, pl);
         sums_kernel<false><<<blocks, kThreads, pl.shared, s>>>(a, pl);
         rc_status st = RC_CUDA_CHECK(cudaGetLastError(), "augment sums kernel launch");
         if (st != RC_OK) return st;

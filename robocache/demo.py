@@ -11,9 +11,9 @@ frame, and a normalized action chunk of 16 steps with its ``action_is_pad`` mask
 trained with an MSE loss that skips padded steps. Prints samples/s of the loader alone and of
 the whole training step, and the loss at the start and at the end.
 
-Runs on the CPU when there is no GPU (``--device auto``). ``--write-lerobot DIR`` (``write_lerobot``)
-writes the generated task to disk as a LeRobot v3.0 dataset instead, to train on with ``--lerobot DIR``
-or to try the LeRobot path on without downloading anything.
+Runs on the CPU when there is no GPU (``--device auto``; 300 steps there by default, ``--full`` for 1000).
+``--write-lerobot DIR`` (``write_lerobot``) writes the generated task to disk as a LeRobot v3.0 dataset
+instead, to train on with ``--lerobot DIR`` or to try the LeRobot path on without downloading anything.
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ def _image_stats(frames: np.ndarray) -> dict:
     return st
 
 
+DEMO_MARKER = ".robocache-demo"   # in a folder write_lerobot made: a rerun may replace it without overwrite=True
 _CODEC_NAMES = {"libsvtav1": "av1", "libx264": "h264"}   # info.json names the format, not the encoder
 
 
@@ -158,10 +159,11 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     encoded with PyAV (AV1 as LeRobot does, else H.264), one of three tasks per episode.
 
     Needs pyarrow and PyAV (``pip install "robocache[lerobot]"``, or ``pip install -e ".[lerobot]"`` from a
-    checkout). ``path`` must not exist, or be empty, unless ``overwrite=True``. The output is the same
-    bytes for the same arguments; an overwrite leaves every file that comes out the same untouched, its
-    mtime too, so the decoded-frame cache of an earlier load stays valid (a notebook cell run twice
-    decodes the video once).
+    checkout). ``path`` must not exist, or be empty, or hold a set this function wrote (its marker file
+    ``.robocache-demo``: a rerun of the same command replaces it), unless ``overwrite=True``. The output
+    is the same bytes for the same arguments; a rewrite leaves every file that comes out the same
+    untouched, its mtime too, so the decoded-frame cache of an earlier load stays valid (a notebook
+    cell run twice decodes the video once).
     """
     import shutil
     from pathlib import Path
@@ -186,8 +188,9 @@ def write_lerobot(path, num_episodes: int = 8, seed: int = 0, *, fps: int = 15, 
     if not (root.exists() and any(root.iterdir())):
         _write_v30(root, int(num_episodes), seed, int(fps), (H, W), encoder, pa, pq)
         return root
-    if not overwrite:
-        raise FileExistsError(f"{root} exists and is not empty; pick a new folder or pass overwrite=True")
+    if not overwrite and not (root / DEMO_MARKER).is_file():
+        raise FileExistsError(f"{root} exists, is not empty and is not a demo set this function wrote; "
+                              "pick a new folder or pass overwrite=True")
     fresh = root.parent / f".{root.name}.writing-{os.getpid()}"
     shutil.rmtree(fresh, ignore_errors=True)
     try:
@@ -301,6 +304,7 @@ def _write_v30(root, num_episodes: int, seed: int, fps: int, size: tuple[int, in
             "timestamp": scalar("float32"), "frame_index": scalar("int64"), "episode_index": scalar("int64"),
             "index": scalar("int64"), "task_index": scalar("int64")}}
     (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    (root / DEMO_MARKER).write_text("written by robocache.demo.write_lerobot: running it again replaces this folder\n")
 
 
 def _settle(fresh, root) -> None:
@@ -486,7 +490,9 @@ def _parser():
     p.add_argument("--action", metavar="STREAM", help="the stream to predict (default: one named action*; "
                    "bags: `python -m robocache doctor PATH` lists the streams)")
     p.add_argument("--state", metavar="STREAM", nargs="+", help="state streams, fused (default: picked by name)")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default 1000 on CPU, 2000 on GPU)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps (default 300 on CPU: its summary in well under a minute; 2000 on GPU)")
+    p.add_argument("--full", action="store_true", help="the full run: 1000 steps on CPU (a few minutes), 2000 on GPU")
     p.add_argument("--batch-size", type=int, default=None, help="default 32 on CPU, 256 on GPU")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--seed", type=int, default=0)
@@ -529,14 +535,14 @@ def run(argv=None, *, out=print) -> dict:
         try:
             path = write_lerobot(args.write_lerobot, count or 8, args.seed, overwrite=args.overwrite)
         except FileExistsError:
-            parser.error(f"--write-lerobot {args.write_lerobot}: the folder exists and is not empty; "
-                         "give a new one, or --overwrite to replace it")
+            parser.error(f"--write-lerobot {args.write_lerobot}: the folder exists, is not empty and is not a "
+                         "demo set written before; give a new one, or --overwrite to replace it")
         out(f"wrote a LeRobot v3.0 dataset of {count or 8} episodes to {path}; "
             f"train on it: python -m robocache demo --lerobot {path}")
         return {"source": str(path), "written": str(path)}
     dev = _device(args.device)
     cuda = dev.type == "cuda"
-    steps = args.steps if args.steps is not None else (2000 if cuda else 1000)
+    steps = args.steps if args.steps is not None else (2000 if cuda else 1000 if args.full else 300)
     batch_size = args.batch_size if args.batch_size is not None else (256 if cuda else 32)
     if steps < 2 or batch_size < 1:
         raise SystemExit("demo: --steps must be >= 2 and --batch-size >= 1")

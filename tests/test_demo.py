@@ -210,7 +210,7 @@ def test_write_lerobot_refuses_bad_arguments(tmp_path):
         demo.write_lerobot(tmp_path / "a", image_size=(15, 32))
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
-    with pytest.raises(FileExistsError, match="exists and is not empty"):
+    with pytest.raises(FileExistsError, match="exists, is not empty and is not a demo set"):
         demo.write_lerobot(tmp_path / "full", 1)
     assert (tmp_path / "full" / "x").read_text() == "keep me"
 
@@ -268,9 +268,16 @@ def test_demo_cli_writes_then_trains_on_it(tmp_path, capsys):
                  "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "2 episodes" in out and "observation.images.top" in out
-    with pytest.raises(SystemExit) as e:          # no silent overwrite
-        main(["demo", "--write-lerobot", str(path)])
+    before = {p: p.stat().st_mtime_ns for p in path.rglob("*") if p.is_file()}
+    assert main(["demo", "--write-lerobot", str(path), "--episodes", "2"]) == 0     # the README's command, rerun
+    assert {p: p.stat().st_mtime_ns for p in path.rglob("*") if p.is_file()} == before   # same bytes: untouched
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("a user's file")
+    with pytest.raises(SystemExit) as e:          # no silent overwrite of a folder the demo did not write
+        main(["demo", "--write-lerobot", str(foreign)])
     assert e.value.code == 2 and "--overwrite" in capsys.readouterr().err
+    assert (foreign / "notes.txt").read_text() == "a user's file"
 
 
 def test_demo_missing_files_is_a_message_not_a_traceback(demo_lerobot, tmp_path, capsys):

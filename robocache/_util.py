@@ -16,6 +16,8 @@ EXTRAS = {"pyarrow": "lerobot", "av": "lerobot", "h5py": "robomimic", "zarr": "z
 class ReaderError(ValueError):
     """A source file is missing, corrupt, truncated or inconsistent. The message names the file."""
 
+    __module__ = "robocache"    # a traceback names it as it is imported: robocache.ReaderError
+
 
 def install_hint(extra: str) -> str:
     """The commands that install an extra, from a package index and from a checkout (robocache is

@@ -32,6 +32,7 @@ from ._util import current_gpu
 from .dataset import Dataset
 from .loader import DataLoader as RobocacheLoader
 from .readers.lerobot import lerobot_home, load_json, load_jsonl
+from .torch_keywords import WORKER_KEYWORDS
 
 __all__ = ["DataLoader", "TrainSet", "V2Meta", "feeding", "main", "make_dataset"]
 
@@ -90,6 +91,8 @@ class TrainSet:
             rank, world = 0, 1          # the sampler gives this rank's share already
         # a collate_fn is robocache's kind: it gets the whole batch dict, after the image transforms
         collate = torch_keywords.pop("collate_fn", None)
+        for k in WORKER_KEYWORDS:       # LeRobot's script sets them, not its user: no warning about them here
+            torch_keywords.pop(k, None)
         if self.image_transforms is not None:
             collate = ImageTransformer(self.image_transforms, self.meta.camera_keys, then=collate)
         return RobocacheLoader(self.dataset, batch_size, shuffle=bool(shuffle), drop_last=drop_last, seed=self.seed,

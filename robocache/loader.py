@@ -25,7 +25,6 @@ the arguments, the dataset held, the epoch's tables, and what one batch is.
 
 from __future__ import annotations
 
-import reprlib
 from contextlib import closing
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -38,9 +37,10 @@ from .identity import IDENTITY, Identity, identity_keys
 from .resume import Position, resume_point, saved_state
 from .sampling import Samples, episode_counts
 from .shard import distributed, episode_shard, held_for_rest, loaded_shard
+from .torch_keywords import batch_collate, warn_worker_keywords
 from .user_warning import warn
 from .plans import BatchPlan
-from .windows import Window
+from .windows import Window, check_windows
 
 __all__ = ["DataLoader", "Window", "IDENTITY"]
 
@@ -74,7 +74,8 @@ class DataLoader:
         replacing the internal order (works with the defaults; ``shuffle=True`` with a sampler is an
         error, as in torch). ``set_epoch`` is forwarded.
     collate_fn : callable, optional
-        Applied to each produced batch dict (on the consumer's stream) before it is yielded.
+        Applied to each finished batch dict ``{key: tensor [B, ...]}`` (not torch's list of samples) on the
+        consumer's stream before it is yielded; torch's ``default_collate`` is a no-op here.
     generator : torch.Generator, optional
         Its next 63-bit draw at construction replaces ``seed``.
     device : optional
@@ -127,8 +128,8 @@ class DataLoader:
         ``augment.Augment``, a torchvision Compose or LeRobot's ImageTransforms) augments its cameras in the gather.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
-        Accepted and ignored: batches are made on the device by kernels, there are no workers to
-        start and nothing to pin. ``worker_init_fn`` is never called.
+        Accepted, and one warning names those that would change torch's loader (robocache/torch_keywords.py):
+        batches are made on the device by kernels, with no workers to start and nothing to pin.
     """
 
     def __init__(self, dataset: Dataset, batch_size: int = 1, shuffle: bool = False, drop_last: bool = False,
@@ -154,13 +155,11 @@ class DataLoader:
             identity = True
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if windows is not None and not isinstance(windows, Mapping):
-            raise TypeError(f"windows: expected a dict {{output key: Window or stream name}}, got "
-                            f"{type(windows).__name__} {reprlib.repr(windows)}; e.g. "
-                            "windows={'state': robocache.Window('observation.state')}")
-        if not windows:
-            raise ValueError("windows: give at least one output key, e.g. "
-                             "windows={'state': robocache.Window('observation.state')}")
+        windows = check_windows(windows)
+        warn_worker_keywords(dict(num_workers=num_workers, pin_memory=pin_memory, persistent_workers=persistent_workers,
+                                  prefetch_factor=prefetch_factor, worker_init_fn=worker_init_fn, timeout=timeout,
+                                  multiprocessing_context=multiprocessing_context,
+                                  pin_memory_device=pin_memory_device, in_order=in_order))
         if sampler is not None and shuffle:
             # torch raises the same: the sampler decides the order
             raise ValueError("sampler and shuffle=True are mutually exclusive; pass shuffle=False with a sampler")
@@ -184,7 +183,7 @@ class DataLoader:
         self.drop_last = bool(drop_last)
         self.seed = int(seed)
         self.sampler = sampler
-        self.collate_fn = collate_fn
+        self.collate_fn = batch_collate(collate_fn)
         self.windows = dict(windows)
         self._samples_args = (anchor, rate, identity)
         self._batches: CpuBatches | CudaBatches = CpuBatches(int(batch_size))

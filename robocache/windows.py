@@ -113,6 +113,19 @@ class Window:
         return [self.streams] if isinstance(self.streams, str) else list(self.streams)
 
 
+def check_windows(windows: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A loader's ``windows`` argument, checked to be a non-empty dict; the error says what to give instead."""
+    example = "windows={'state': robocache.Window('observation.state')}"
+    if windows is not None and not isinstance(windows, Mapping):
+        raise TypeError(f"windows: expected a dict {{output key: Window or stream name}}, got "
+                        f"{type(windows).__name__} {reprlib.repr(windows)}; e.g. {example}")
+    if not windows:
+        raise ValueError(f"windows: give at least one output key, e.g. {example}; or LeRobot's batches (every "
+                         "feature, as LeRobotDataset's items collated) with delta_timestamps={'action': "
+                         "[0.0, 0.1, ...]} (an empty dict is fine: delta_timestamps={})")
+    return windows
+
+
 def check(w: Window) -> None:
     """The checks of a Window that need no dataset; each error names the Window and the argument."""
     where = f"Window({w.streams!r})"

@@ -226,4 +226,10 @@ def test_torch_dataloader_over_a_dataset_fails_clearly_and_frames_view_works():
             next(iter(torch.utils.data.DataLoader(ds, **kw)))
     seen = [int(i) for b in torch.utils.data.DataLoader(ds.frames_view, batch_size=4) for i in b["index"]]
     assert sorted(seen) == list(range(15))
-    assert robocache.ReaderError.__module__ == "robocache._util"
+    import pickle
+    import traceback
+    with pytest.raises(robocache.ReaderError) as got:
+        robocache.Dataset.from_lerobot("/nonexistent/robocache-set")
+    e = got.value                               # named as a user imports it, and it crosses processes
+    assert traceback.format_exception_only(type(e), e)[0].startswith("robocache.ReaderError: ")
+    assert type(pickle.loads(pickle.dumps(e))) is robocache.ReaderError

@@ -4,6 +4,7 @@ match their formulas; order, epochs, resume, sampler, collate_fn and bad input."
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -419,22 +420,40 @@ def test_sampler_replaces_order(synth):
         DataLoader(synth, 5, shuffle=True, sampler=[0, 1], windows={"j": "joints"})
 
 
-def test_collate_fn_and_ignored_keywords(synth):
+def test_collate_fn_and_worker_keywords(synth):
+    """torch's worker keywords are accepted and named in one warning (torch's defaults say nothing);
+    collate_fn gets the batch dict; torch's default_collate is a no-op; a function written for torch's
+    list of samples fails with a note saying what it gets."""
     seen = []
 
     def collate(batch):
         seen.append(sorted(batch))
         return {"obs": batch["j"], "n": batch["j"].shape[0]}
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(UserWarning, match="num_workers=8, pin_memory=True, persistent_workers=True, "
+                      "prefetch_factor=4, worker_init_fn=.* ignored: robocache makes each batch") as got:
         loader = DataLoader(synth, 16, shuffle=False, windows={"j": "joints"}, collate_fn=collate, num_workers=8,
                             pin_memory=True, persistent_workers=True, prefetch_factor=4,
                             worker_init_fn=lambda i: 1 / 0, timeout=0, device="cpu")
-        out = list(loader)
+    assert len(got) == 1 and "timeout" not in str(got[0].message) and got[0].filename == __file__
+    out = list(loader)
     assert seen[0] == ["j", "j_is_pad"] and len(out) == len(loader)
     assert out[0]["obs"].shape == (16, 1, 7) and out[0]["n"] == 16
     assert out[0]["obs"].device.type == "cpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")         # torch's defaults, spelled out: no warning
+        quiet = DataLoader(synth, 16, shuffle=False, windows={"j": "joints"}, num_workers=0, pin_memory=False,
+                           timeout=0, in_order=True, collate_fn=torch.utils.data.default_collate)
+    first = next(iter(quiet))
+    assert sorted(first) == ["j", "j_is_pad"] and torch.equal(first["j"], next(iter(loader))["obs"])
+
+    def torch_style(samples):                  # a list of sample dicts, as torch's collate_fn gets
+        return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+
+    with pytest.raises(KeyError) as e:
+        next(iter(DataLoader(synth, 16, windows={"j": "joints"}, collate_fn=torch_style)))
+    if sys.version_info >= (3, 11):
+        assert "not torch's list of samples" in "".join(e.value.__notes__)
 
 
 def test_bad_input(synth):
@@ -443,7 +462,7 @@ def test_bad_input(synth):
     with pytest.raises(KeyError, match="anchor: unknown stream"):
         DataLoader(synth, 4, shuffle=True, windows={"x": "joints"}, anchor="nope")
     for w in (None, {}):
-        with pytest.raises(ValueError, match="windows"):
+        with pytest.raises(ValueError, match="windows: give at least one output key.*delta_timestamps="):
             DataLoader(synth, 4, shuffle=True, windows=w)
     for B in (0, -3, True, 2.5, None):
         with pytest.raises(ValueError, match="batch_size"):

@@ -24,7 +24,8 @@ __all__ = ["CPUOnlyBuildWarning", "CudaError", "DataLoader", "Dataset", "ReaderE
 
 def build_info() -> dict:
     """Build facts: ``version``; ``cuda`` (CUDA kernels compiled in) and, when not,
-    ``cpu_only_reason`` ("no-toolkit": none was found at build time, "disabled": ROBOCACHE_CUDA=0);
+    ``cpu_only_reason`` ("no-toolkit": none was found at build time, "no-gpu": a toolkit but no GPU visible and
+    no explicit request, "disabled": ROBOCACHE_CUDA=0);
     ``archs`` and ``cuda_toolkit`` (the nvcc release) of the kernels; ``cuda_runtime``, the CUDA
     runtime linked in statically (12040 = 12.4); ``cuda_driver``, the CUDA version the installed
     driver supports (13000 = 13.0; 0: no driver), asked from libcuda also in CPU-only builds;

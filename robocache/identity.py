@@ -15,6 +15,8 @@ from ._util import torch as _torch
 
 #: what ``identity=True`` adds to every batch: who each sample is (LeRobot's batch keys)
 IDENTITY = ("episode_index", "frame_index", "timestamp", "index", "task_index", "task")
+#: asked for by name only: ``row``, the sample's row in ``loader.samples`` (``index`` is LeRobot's)
+EXTRA = ("row",)
 
 
 def identity_keys(identity: bool | str | Iterable[str] | None, windows) -> tuple[str, ...]:
@@ -26,14 +28,15 @@ def identity_keys(identity: bool | str | Iterable[str] | None, windows) -> tuple
         keys = ()
     else:
         keys = (identity,) if isinstance(identity, str) else tuple(identity)
-        unknown = [k for k in keys if k not in IDENTITY]
+        unknown = [k for k in keys if k not in IDENTITY + EXTRA]
         if unknown:
-            raise ValueError(f"identity: unknown keys {unknown}; choose from {list(IDENTITY)} (or True for all)")
+            raise ValueError(f"identity: unknown keys {unknown}; choose from {list(IDENTITY + EXTRA)} "
+                             "(or True for all but row)")
     clash = [k for k in keys if k in windows or any(k == w + suffix for w in windows
                                                       for suffix in ("_is_pad", "_dim_mask"))]
     if clash:
         raise ValueError(f"identity: windows already have the keys {clash}; rename those windows")
-    return tuple(k for k in IDENTITY if k in keys)
+    return tuple(k for k in IDENTITY + EXTRA if k in keys)
 
 
 class Identity:
@@ -54,9 +57,11 @@ class Identity:
         ep_h, t_h = host_table()                   # host copies, once (construction may sync)
         first = np.searchsorted(ep_h, np.arange(len(ds)), side="left")     # the table is grouped by episode
         task = ds.frame_task_index(ep_h, t_h)      # per sample: a task may change within an episode
+        frame = np.arange(ep_h.size) - first[ep_h]
+        index = lerobot_index(ds, ep_h, frame)
         self._tables = {"episode_index": torch.from_numpy(ds.episode_index).to(dev),
-                        "frame_index": torch.from_numpy(np.arange(ep_h.size) - first[ep_h]).to(dev),
-                        "task_index": torch.from_numpy(task).to(dev)}
+                        "frame_index": torch.from_numpy(frame).to(dev), "task_index": torch.from_numpy(task).to(dev),
+                        **({"index": torch.from_numpy(index).to(dev)} if index is not None else {})}
         text = np.array([*ds.tasks, ""], dtype=object)         # -1 (no task) -> ""
         self._text = text[task] if "task" in keys else None
 
@@ -66,7 +71,8 @@ class Identity:
         ids = self._tables
         make = {"episode_index": lambda: ids["episode_index"].index_select(0, ep),
                 "frame_index": lambda: ids["frame_index"].index_select(0, rows),
-                "timestamp": lambda: t.clone(), "index": lambda: rows.clone(),
+                "timestamp": lambda: t.clone(), "row": lambda: rows.clone(),
+                "index": lambda: ids["index"].index_select(0, rows) if "index" in ids else rows.clone(),
                 "task_index": lambda: ids["task_index"].index_select(0, rows)}
         for k in self.tensors:
             out[k] = make[k]()
@@ -77,3 +83,14 @@ class Identity:
         the GPU)."""
         if self._text is not None and isinstance(batch, dict):
             batch["task"] = self._text[host_order[k * batch_size:(k + 1) * batch_size]].tolist()
+
+
+def lerobot_index(ds, episodes, frame_index) -> np.ndarray | None:
+    """LeRobot's dataset-wide ``index`` of frames given as (episode position in ``ds`` [n], step within it
+    [n]): the source's ``index`` column of each episode's first row plus the step, whatever subset of
+    episodes is loaded. None when the source has no such column (not a LeRobot set)."""
+    first = getattr(getattr(ds, "meta", None), "first_index", None)
+    if not first or any(int(e) not in first for e in ds.episode_index):
+        return None
+    starts = np.array([first[int(e)] for e in ds.episode_index], np.int64)
+    return starts[np.asarray(episodes)] + np.asarray(frame_index, np.int64)

@@ -82,7 +82,6 @@ class LeRobotBatches:
         for k in features:
             kw: dict[str, Any] = {"layout": "BTCHW", "augment": image_transforms} if k in self.images else {}
             self.windows[k] = Window(k, indices=steps.get(k, [0]), rate=fps, mode="nearest", **kw)
-        self._first = _first_index_table(ds)
 
     def __call__(self, batch: dict) -> dict:
         torch = _torch_module()
@@ -93,9 +92,6 @@ class LeRobotBatches:
             batch[k] = batch[k].contiguous()          # LeRobot's frames are NCHW in memory
         if "timestamp" in batch:
             batch["timestamp"] = batch["timestamp"].to(torch.float32)
-        if "index" in batch and self._first is not None:
-            first = self._first.to(batch["episode_index"].device)
-            batch["index"] = first.index_select(0, batch["episode_index"]) + batch["frame_index"]
         return batch
 
 
@@ -114,17 +110,3 @@ def feature_keys(ds) -> list[str]:
     meta = getattr(ds, "meta", None)
     names = list(meta.features) if meta is not None else list(ds.streams)
     return [k for k in names if k in ds.streams and k not in BOOKKEEPING and ds.streams[k].kind != "text"]
-
-
-def _first_index_table(ds):
-    """int64 tensor indexed by ``episode_index``: the dataset-wide ``index`` of each loaded episode's first
-    frame (None when the source has no such column: the loaded-row index stays)."""
-    meta = getattr(ds, "meta", None)
-    if meta is None or not meta.first_index:
-        return None
-    torch = _torch_module()
-    table = np.zeros(max(meta.first_index) + 1, np.int64)
-    for e, i in meta.first_index.items():
-        table[e] = i
-    return torch.from_numpy(table).to(ds.device)
-

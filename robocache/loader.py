@@ -112,8 +112,9 @@ class DataLoader:
         Also give each sample's identity, as LeRobot's batches do (True: all of ``IDENTITY``, or a list
         of them): ``episode_index`` (the source's episode numbers, ``Episode.index``), ``frame_index``
         (the anchor's step within its episode), ``timestamp`` (the anchor time, float64 seconds in the
-        dataset's time base), ``index`` (the sample's row in ``loader.samples``: with frame anchors over
-        the whole dataset, the anchor stream's global frame, ``ds[index]``), ``task_index`` (into
+        dataset's time base), ``index`` (LeRobot's dataset-wide ``index`` of the anchor frame, whatever
+        episodes are loaded; for a set without that column the sample's row, ``row``: in ``loader.samples``,
+        asked for by name), ``task_index`` (into
         ``ds.tasks``, -1 for an episode without a task), all ``[B]`` tensors gathered on the device from
         tables built here (in the CUDA graph, no host sync), and ``task``: the task text as a list of B
         str, made on the host from the epoch's host-side order (never read from the GPU). Off by

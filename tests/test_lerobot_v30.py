@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from lerobot_forge import TASKS, convert_v21_to_v30, write_lerobot  # noqa: E402
-from robocache import DataLoader, Window  # noqa: E402
+from robocache.loader import DataLoader, IDENTITY, Window  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
 from robocache.video import decode as rc_decode  # noqa: E402
 
@@ -316,10 +316,13 @@ def test_tasks_per_frame(cr5_v30):
     for i in range(ds.num_frames):
         item = ds[i]
         assert int(item["task_index"]) == per_row[i] and item["task"] == text[per_row[i]], i
-    loader = DataLoader(ds, batch_size=64, identity=True, windows={"a": Window("action")})
+    wide = [ix for e, ix in zip(rows["episode_index"], rows["index"]) if e in (3, 4)]
+    assert [int(ds[i]["index"]) for i in (0, ds.num_frames - 1)] == [wide[0], wide[-1]]   # the column's
+    loader = DataLoader(ds, batch_size=64, identity=[*IDENTITY, "row"], windows={"a": Window("action")})
     got_index, got_task = [], []
     for b in loader:
         got_index += b["task_index"].tolist()
         got_task += b["task"]
-        assert b["task_index"].tolist() == [per_row[i] for i in b["index"].tolist()]
+        assert b["task_index"].tolist() == [per_row[i] for i in b["row"].tolist()]
+        assert b["index"].tolist() == [wide[i] for i in b["row"].tolist()]      # LeRobot's, not the row
     assert got_task == [text[i] for i in got_index] and len(set(got_task)) == 3

@@ -265,8 +265,11 @@ def make_dataset(cfg) -> TrainSet:
     if not isinstance(data.repo_id, str):
         raise NotImplementedError("several datasets (a list of repo_id) are not supported, as in LeRobot")
     if data.streaming:
-        raise ValueError("--dataset.streaming=true: robocache loads the set onto the device instead of streaming "
-                         "it; leave streaming off")
+        raise ValueError("--dataset.streaming=true: robocache does not stream from the Hub; it reads a local copy "
+                         "once and keeps the decoded frames in a tier that fits (device, pinned host, disk, JPEG "
+                         "or lossless: Dataset.from_lerobot(frames=...)), each rank only its episodes "
+                         "(shard_episodes). Download the set first (hf download REPO --repo-type dataset "
+                         "--local-dir DIR, then --dataset.root=DIR) and leave streaming off")
     root = Path(data.root) if data.root else lerobot_home() / data.repo_id
     if not (root / "meta" / "info.json").is_file():
         raise FileNotFoundError(f"{root}: no LeRobot set there (meta/info.json). robocache reads a local copy: "

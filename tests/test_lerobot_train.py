@@ -119,7 +119,8 @@ def test_make_dataset_errors_name_the_way_out(tmp_path, cr5_v30):
         lerobot_train.make_dataset(config(tmp_path / "nope"))
     cfg = config(cr5_v30)
     cfg.dataset.streaming = True
-    with pytest.raises(ValueError, match="streaming"):
+    with pytest.raises(ValueError, match=r"streaming=true: robocache does not stream.*frames=.*shard_episodes.*"
+                                          r"hf download REPO --repo-type dataset --local-dir DIR"):
         lerobot_train.make_dataset(cfg)
 
 

@@ -1,8 +1,12 @@
-"""GR00T-style training on PickNPlace with DistributedDataParallel, one process per GPU.
+"""GR00T-style training with DistributedDataParallel, one process per GPU (or CPU processes over gloo).
 
+Needs torch and robocache[lerobot] (pyarrow, PyAV); nothing to download. Without --data it trains on GR00T's
+PickNPlace set where the project's data folder ($ROBOCACHE_DATA, else ../shared/data) holds it, else on the
+README's demo set, written once (examples/train_groot_style.py's ``pick_data``):
+
+    python examples/train_ddp.py --steps 20     # without torchrun: one process (says so)
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --steps 200
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --video --no-shard-episodes
-    python examples/train_ddp.py --steps 20     # without torchrun: one process (says so)
 
 Each rank loads the dataset on the CPU and hands it to ``robocache.DataLoader`` with its GPU as
 ``device``. With ``--shard-episodes`` (default) each rank reads, decodes and holds only its own
@@ -11,7 +15,7 @@ meta/stats.json); without it every GPU holds the whole
 set and takes every ``world_size``-th sample of each epoch's permutation. Either way all ranks
 yield the same number of batches, so DDP's gradient all-reduce never waits on a rank that has run
 out. Without GPUs it runs on the CPU over gloo (``torchrun --nproc_per_node=2`` still works).
-The policy and loss are examples/train_groot_style.py's.
+The policy (sized from the set) and loss are examples/train_groot_style.py's.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_groot_style as groot  # noqa: E402  (Policy, masked_mse, windows, load_dataset)
+import train_groot_style as groot  # noqa: E402  (make_policy, masked_mse, windows, load_dataset, pick_data)
 
 import robocache  # noqa: E402
 
@@ -43,17 +47,19 @@ def _free_port() -> int:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=groot.default_data())
+    ap.add_argument("--data", type=Path, default=None,
+                    help="a LeRobot set with observation.state and action (default: GR00T PickNPlace in "
+                         "$ROBOCACHE_DATA or ../shared/data if there, else the demo set, written once)")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=64, help="per rank")
     ap.add_argument("--video", action=argparse.BooleanOptionalAction, default=False,
-                    help="feed the ego_view frame (each rank decodes the mp4s at load)")
+                    help="feed a camera's frame (each rank decodes the mp4s at load)")
     ap.add_argument("--shard-episodes", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", type=Path, help="rank 0 writes a summary here")
     args = ap.parse_args(argv)
-    groot.check_data(ap, args.data)
+    data = groot.pick_data(ap, args.data)        # every rank: a demo set written once, by whichever is first
 
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
@@ -72,18 +78,18 @@ def main(argv=None):
 
     t = time.perf_counter()
     # with --shard-episodes each rank reads and decodes only its own episodes (chosen from the metadata)
-    ds = groot.load_dataset(args.data, args.video, device="cpu", shard_episodes=args.shard_episodes)
+    ds = groot.load_dataset(data, args.video, device="cpu", shard_episodes=args.shard_episodes)
     loader = robocache.DataLoader(ds, args.batch_size, shuffle=True, seed=args.seed, drop_last=True,
-                                  windows=groot.windows(args.video), device=device,
+                                  windows=groot.windows(ds, args.video), device=device,
                                   shard_episodes=args.shard_episodes)   # rank/world from torch.distributed
-    del ds                                                               # the host copy is not needed
     if rank == 0:
-        print(f"{world} ranks ({backend}); loaded in {time.perf_counter() - t:.1f} s; per rank "
+        print(f"{world} ranks ({backend}); {data} loaded in {time.perf_counter() - t:.1f} s; per rank "
               f"{loader.num_samples} samples, {len(loader)} batches of {args.batch_size}; "
               f"shard_episodes={args.shard_episodes}")
 
     torch.manual_seed(args.seed)                  # the same initial weights on every rank
-    model = DDP(groot.Policy(video=args.video).to(device), device_ids=[local] if cuda else None)
+    model = DDP(groot.make_policy(ds, args.video).to(device), device_ids=[local] if cuda else None)
+    del ds                                        # sized the policy; the loader holds what it needs
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     losses, epoch, step = [], 0, 0
     start = time.perf_counter()

@@ -1,17 +1,23 @@
-"""Train straight from a ROS bag: the PX4 flight's streams, each on its own clock, batched at 50 Hz.
+"""Train straight from ROS bags: each stream on its own clock, batched on a uniform grid (50 Hz).
 
+Needs robocache[rosbag] (rosbags; no ROS install) and torch; nothing to download. Given no bag it writes 4 small
+ROS 2 bags of a 7-DoF arm once (examples/demo_data.py) and trains on them (on the project's PX4 flight instead
+where ``$ROBOCACHE_DATA`` or ../shared/data holds it):
+
+    python examples/train_from_rosbag.py --steps 100
     python examples/train_from_rosbag.py ../shared/data/rosbags/px4_flight_2025-12-03
     python examples/train_from_rosbag.py my_bags/ --state /imu.angular_velocity /joint_states.position \\
-        --action /arm_controller/command --rate 30
+        --action /arm_controller/command.position --rate 30
 
 No conversion step: ``Dataset.from_rosbag`` reads the bag (ROS 2 MCAP here; ROS 1 .bag, SQLite3
 and bare .mcap alike) into streams that keep their own timestamps, and ``robocache.DataLoader``
-cuts every batch on a uniform 50 Hz grid, resampling each stream there. The defaults fit the PX4
-flight: the state is the last 40 ms of the 100 Hz attitude quaternion and angular velocity, the
-target is the next 0.5 s of the 8.8 Hz servo commands (the arm's joint positions, a JointState),
-normalized mean/std. A small MLP learns the commands from the state; the loop prints the loss
-and samples/s. Pass ``--state``/``--action`` stream names for other bags (``python -m robocache
-doctor BAG`` lists them with their rates).
+cuts every batch on a uniform 50 Hz grid, resampling each stream there. On the demo bags the state is
+the last 40 ms of the 100 Hz joint positions and velocities and the target the next 0.5 s of the 10 Hz
+joint commands; on the PX4 flight the state is the 100 Hz attitude quaternion and angular velocity and the
+target the 8.8 Hz servo commands (the arm's joint positions, a JointState). Both are normalized mean/std.
+A small MLP learns the commands from the state; the loop prints the loss and samples/s. Pass
+``--state``/``--action`` stream names for other bags (``python -m robocache doctor BAG`` lists them with
+their rates).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from robocache import Window
 STATE = ["/fmu/out/vehicle_attitude", "/fmu/out/vehicle_angular_velocity"]
 ACTION = "/controller/out/servo_positions.position"
 FIELDS = {"/fmu/out/vehicle_attitude": ["q"], "/fmu/out/vehicle_angular_velocity": ["xyz"]}
+PICK = "name the streams with --state/--action (python -m robocache doctor BAG lists them)"
 
 
 def default_bag() -> Path:
@@ -48,7 +55,8 @@ def default_bag() -> Path:
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bag", nargs="?", default=None, help="a bag, .mcap, ROS 2 bag folder or folder of bags "
-                                                        "(default: the PX4 flight in ../shared/data)")
+                                                        "(default: the PX4 flight in ../shared/data if there, "
+                                                        "else the demo bags, written once)")
     p.add_argument("--state", nargs="+", default=None, help="state streams (fused into one key)")
     p.add_argument("--action", default=None, help="the stream to predict")
     p.add_argument("--rate", type=float, default=50.0, help="batch grid in Hz (default 50)")
@@ -59,21 +67,42 @@ def parse(argv=None):
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    return p, p.parse_args(argv)
+
+
+def pick_bag(bag: str | None) -> tuple[Path, list[str], str, dict | None]:
+    """(bag, state streams, action stream, fields) of the defaults: the given bag or the PX4 flight with the
+    PX4 streams, else the demo bags with theirs."""
+    if bag is None and not default_bag().exists():
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import demo_data
+
+        return demo_data.rosbag_set(), demo_data.BAG_STATE, demo_data.BAG_ACTION, None
+    return Path(bag) if bag else default_bag(), STATE, ACTION, FIELDS
 
 
 def main(argv=None) -> dict:
-    args = parse(argv)
-    bag = Path(args.bag) if args.bag else default_bag()
+    p, args = parse(argv)
     dev = torch.device("cuda" if args.device == "auto" and robocache.cuda_available() else
                        ("cpu" if args.device == "auto" else args.device))
-    state, action = args.state or STATE, args.action or ACTION
-    topics = sorted({n.split(".")[0].split(":")[0] for n in state + [action]})
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")       # clock notes go to the doctor; this bag has none that matter
-        ds = robocache.Dataset.from_rosbag(bag, topics=topics, fields=FIELDS if not args.state else None,
-                                           device=dev)
+    try:
+        # a missing bag or extra (rosbags) is a one-line error, not a traceback
+        bag, state, action, fields = pick_bag(args.bag)
+        state, action = args.state or state, args.action or action
+        if args.state:
+            fields = None
+        topics = sorted({n.split(".")[0].split(":")[0] for n in state + [action]})
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")       # clock notes go to the doctor; these bags have none that matter
+            ds = robocache.Dataset.from_rosbag(bag, topics=topics, fields=fields, device=dev)
+    except (robocache.ReaderError, ImportError) as e:
+        p.error(str(e))
+    except ValueError as e:                       # topics the bag does not have
+        p.error(f"{e}; {PICK}")
+    missing = [n for n in state + [action] if n not in ds.streams]
+    if missing:
+        p.error(f"{bag}: no stream {', '.join(missing)}; it has {', '.join(sorted(ds.streams))}; {PICK}")
     print(f"{bag.name}: {len(ds)} episodes, " + ", ".join(
         f"{n} {ds.streams[n].rate:.1f} Hz {list(ds.streams[n].shape)}" for n in state + [action])
         + f" ({time.perf_counter() - t0:.1f} s to load)")

@@ -1,12 +1,17 @@
 # mypy: disable-error-code="import-untyped,import-not-found"
-"""One of LeRobot's own policies (ACT, or Diffusion) trained on a real LeRobot set, fed by robocache, and
+"""One of LeRobot's own policies (ACT, or Diffusion) trained on a LeRobot set, fed by robocache, and
 optionally by LeRobot's own loader for the same steps, seed and samples, to compare the loss curves.
 
-    python examples/train_lerobot_policy.py --data ../shared/data/cr5_v30 --loader both --steps 100 --out curve.json
-    python examples/train_lerobot_policy.py --data ../shared/data/cr5_flashdrive_av1 --episodes 0-13   # v2.1
-    python examples/train_lerobot_policy.py --smoke                 # a few tiny steps on the CPU
+Needs LeRobot 0.4.x (``pip install lerobot==0.4.4``; robocache itself does not) and robocache[lerobot]; nothing to
+download. Without --data it trains on the project's CR5 set where $ROBOCACHE_DATA (else ../shared/data) holds it
+as cr5_v30/, else on the README's demo set (``python -m robocache demo --write-lerobot``), written once by
+examples/demo_data.py:
 
-Needs LeRobot (``pip install lerobot``: 0.4.x); robocache does not. Everything but the loader is LeRobot's:
+    python examples/train_lerobot_policy.py --smoke                 # a few tiny steps on the CPU
+    python examples/train_lerobot_policy.py --data demo_lerobot --loader both --steps 100 --out curve.json
+    python examples/train_lerobot_policy.py --data ../shared/data/cr5_flashdrive_av1 --episodes 0-13   # v2.1
+
+Everything but the loader is LeRobot's:
 ``make_policy`` and ``make_pre_post_processors`` read the set's metadata and statistics
 (``robocache.lerobot_train.make_dataset``: LeRobot's ``LeRobotDatasetMetadata`` for v3.0, the same fields for
 v2.x), the optimizer and scheduler are the policy's presets (``make_optimizer_and_scheduler``), and each step is
@@ -58,7 +63,8 @@ def default_data() -> Path:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=default_data(), help="a LeRobot v3.0 or v2.x set (folder)")
+    p.add_argument("--data", type=Path, default=None, help="a LeRobot v3.0 or v2.x set (folder; default: cr5_v30 in "
+                   "$ROBOCACHE_DATA or ../shared/data if there, else the demo set, written once)")
     p.add_argument("--policy", default="act", choices=["act", "diffusion"])
     p.add_argument("--loader", default="robocache", choices=["robocache", "lerobot", "both"])
     p.add_argument("--steps", type=int, default=100)
@@ -85,10 +91,35 @@ def parse_args(argv=None):
         args.image_size = args.image_size or SMOKE["image_size"]
         args.episodes = args.episodes or SMOKE["episodes"]
         args.set = SMOKE[args.policy] + args.set
+    missing = lerobot_missing()
+    if missing:
+        p.exit(2, f"{p.prog}: {missing}\n")
+    if args.data is None:
+        args.data = default_data() if default_data().is_dir() else demo_set()
     if not (args.data / "meta" / "info.json").is_file():
-        p.error(f"--data {args.data}: not a LeRobot set (no meta/info.json); the CR5 sets are in the project's "
-                "shared/data (ROBOCACHE_DATA), any LeRobot v3.0 or v2.x folder works")
+        p.error(f"--data {args.data}: not a LeRobot set (no meta/info.json); any LeRobot v3.0 or v2.x folder works, "
+                "and without --data this trains on robocache's demo set")
     return args
+
+
+def lerobot_missing() -> str:
+    """Why this script cannot run here ("" when it can): it needs LeRobot 0.4.x."""
+    try:
+        import lerobot
+    except ImportError:
+        return "needs LeRobot 0.4.x (its policies, configs and optimizers): pip install lerobot==0.4.4"
+    have = getattr(lerobot, "__version__", None) or lerobot_version()
+    if not have.startswith("0.4."):
+        return f"needs LeRobot 0.4.x and this is LeRobot {have}: pip install lerobot==0.4.4"
+    return ""
+
+
+def demo_set() -> Path:
+    """The README's demo set, written once (examples/demo_data.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import demo_data
+
+    return demo_data.lerobot_set()
 
 
 def parse_episodes(text: str | None) -> list[int] | None:

@@ -129,12 +129,25 @@ def test_torchrun_shards_disjoint_complete(tmp_path, backend):
         assert r["frames_held"] == r["frames_mine"] and r["frames_tier"] == "disk" and r["tiers_equal"], r
 
 
+@pytest.mark.parametrize("data", ["demo", "picknplace"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_train_ddp_example(tmp_path, backend, DATA):
-    if not (DATA / "groot_picknplace").is_dir():
-        pytest.skip(f"{DATA / 'groot_picknplace'} is not present")
-    torchrun([str(ROOT / "examples" / "train_ddp.py"), "--data", str(DATA / "groot_picknplace"), "--steps", "30",
-              "--batch-size", "32", "--json", str(tmp_path / "ddp.json")], tmp_path, backend)
+def test_train_ddp_example(tmp_path, backend, data, request):
+    """On GR00T PickNPlace where the project's data folder has it, and on the demo set that the example writes
+    itself when given no --data and no PickNPlace (both ranks at once: each reads the set whole)."""
+    if data == "picknplace":
+        DATA = request.getfixturevalue("DATA")
+        if not (DATA / "groot_picknplace").is_dir():
+            pytest.skip(f"{DATA / 'groot_picknplace'} is not present")
+        where, env = ["--data", str(DATA / "groot_picknplace")], {}
+    else:
+        pytest.importorskip("pyarrow")
+        pytest.importorskip("av")
+        (tmp_path / "data").mkdir()
+        where, env = [], {"ROBOCACHE_DATA": str(tmp_path / "data"), "ROBOCACHE_CACHE_DIR": str(tmp_path / "cache")}
+    r = torchrun([str(ROOT / "examples" / "train_ddp.py"), *where, "--steps", "30",
+                  "--batch-size", "32", "--json", str(tmp_path / "ddp.json")], tmp_path, backend, **env)
+    if data == "demo":
+        assert f"{tmp_path / 'cache' / 'demo' / 'lerobot'} loaded" in r.stdout
     res = json.loads((tmp_path / "ddp.json").read_text())
     assert res["world_size"] == 2 and res["backend"] == backend
     assert res["steps"] == 30 and res["last_loss"] < res["first_loss"], res

@@ -23,6 +23,7 @@ from ._C import resample as _resample
 from ._util import dtype_name, fmt_bytes, fmt_seconds, plural, resolve_device
 from ._util import torch as _torch
 from .build import EpisodeBuilder, check_span_times, check_spans
+from .identity import lerobot_index
 from .shard import lerobot_shard as _lerobot_shard    # (its name before it moved to shard.py)
 from .stream import Episode, PointClouds, Stream, Streams  # PointClouds: public here as before the split
 
@@ -166,7 +167,7 @@ class Dataset:
                      video_timestamps: str = "pts", show_progress: bool | None = None, max_workers: int | None = None,
                      validate: bool = True, frames="auto", device_memory: int | None = None,
                      host_memory: int | None = None, cache: bool = True, missing_files: str = "error",
-                     jpeg_qscale: int = 2, shard_episodes=False) -> "Dataset":
+                     missing_videos: str = "error", jpeg_qscale: int = 2, shard_episodes=False) -> "Dataset":
         """Load a LeRobot v2.0/v2.1/v3.0 dataset folder (GR00T flavour included) as a Dataset.
 
         Parameters
@@ -222,6 +223,11 @@ class Dataset:
         missing_files : "error" or "skip"
             Episodes whose data or video files are missing (a set published in part): an error that names
             the present episodes to pass as ``episodes=``, or "skip" them with a warning.
+        missing_videos : "error" or "drop"
+            A camera listed in meta/info.json whose video file is missing (for any episode): an error naming
+            the camera, the episodes and the file (default), or "drop" the camera and load the rest, with a
+            warning. (A camera that a GR00T ``meta/modality.json`` does not name and that has no file at all
+            is left out with a warning either way: GR00T's loader never reads it.)
         cache : bool
             Keep decoded frames in the cache (``ROBOCACHE_CACHE_DIR``, ``~/.cache/robocache``) and map
             them on the next load instead of decoding.
@@ -241,7 +247,8 @@ class Dataset:
         if shard_episodes:
             episodes, shard = _lerobot_shard(path, shard_episodes, episodes, video_resize)
         eps = read_lerobot(path, load_video=load_video, episodes=episodes, modality_subkeys=modality_subkeys,
-                           annotations=annotations, max_workers=max_workers, missing_files=missing_files)
+                           annotations=annotations, max_workers=max_workers, missing_files=missing_files,
+                           missing_videos=missing_videos)
         videos = eps.extra.get("videos") or {}
         if not videos:
             ds = cls._from_read(eps, device, validate)
@@ -459,7 +466,8 @@ class Dataset:
           text stream, the ``[P, C]`` points of a point-cloud stream; outside a stream's span its
           first/last value (resample's edge rule);
         - ``episode_index`` (the source's number), ``frame_index`` (within the episode), ``index``
-          (``i``), ``task_index`` (into ``ds.tasks``, -1 when none) as 0-d int64 CPU tensors,
+          (LeRobot's dataset-wide ``index`` column, whatever episodes are loaded; ``i`` for a set without
+          it), ``task_index`` (into ``ds.tasks``, -1 when none) as 0-d int64 CPU tensors,
           ``timestamp`` (the frame's time, 0-d float64 on the device) and ``task`` (str, "" when none).
           A stream of the same name (LeRobot's own ``task_index`` column) takes precedence.
 
@@ -483,9 +491,11 @@ class Dataset:
         a = self.streams[anchor]
         e = int(np.searchsorted(a.offsets_host, i, side="right") - 1)
         task = int(self.frame_task_index([e], [float(a.times[i])])[0])
+        step = i - int(a.offsets_host[e])
+        wide = lerobot_index(self, [e], [step])         # LeRobot's dataset-wide index, as its items give
         out = {"episode_index": torch.tensor(self.episodes[e].index),
-               "frame_index": torch.tensor(i - int(a.offsets_host[e])), "timestamp": a.times[i],
-               "index": torch.tensor(i), "task_index": torch.tensor(task),
+               "frame_index": torch.tensor(step), "timestamp": a.times[i],
+               "index": torch.tensor(int(wide[0]) if wide is not None else i), "task_index": torch.tensor(task),
                "task": self.tasks[task] if task >= 0 else ""}
         idx = torch.tensor([e], dtype=torch.int64, device=self.device)
         t = a.times[i:i + 1].reshape(1, 1)

@@ -7,8 +7,9 @@ the instantaneous rate), gaps (the longest interval, and how many exceed ``gap``
 ``gap_factor`` x the median interval), duplicate and non-monotonic stamps, NaN/Inf values,
 constant features and episodes shorter than a window; for bags the clocks (header vs log time,
 zero stamps, sim time) and file defects (truncated or unindexed files, unknown types, counts that
-disagree with metadata.yaml); for LeRobot the files the metadata promises but are missing, frame
-counts that disagree between parquet, video and meta, and timestamps off the fps grid (what
+disagree with metadata.yaml); for LeRobot (v2.x and v3.0) the files the metadata promises but are
+missing (a camera's video included), frame counts that disagree between parquet, video and meta,
+v3.0 episode spans outside their video, and timestamps off the fps grid or off their frames (what
 makes LeRobot raise its tolerance errors). Images are not decoded: the check is fast.
 
 Findings are errors (the source cannot be trained on as is; the exit code is 1), warnings and
@@ -33,8 +34,6 @@ from .readers.ros_messages import BOOKKEEPING_TYPES   # logging topics: event-dr
 __all__ = ["Finding", "Report", "StreamCheck", "diagnose", "main"]
 
 LEVELS = ("error", "warning", "note")
-#: LeRobot's default tolerance between a timestamp and the fps grid (seconds)
-LEROBOT_TOLERANCE_S = 1e-4
 
 
 @dataclass
@@ -471,133 +470,27 @@ def _diagnose_rosbag(report: Report, path, gap, gap_factor, window) -> None:
 
 
 def _diagnose_lerobot(report: Report, root: Path, gap, gap_factor, window) -> None:
+    """The file-level checks of robocache.readers.lerobot_audit (v2.x and v3.0), then the stream checks of
+    the episodes whose rows are there, and a row per camera (frames and rate from the files, not decoded)."""
     from .readers import read_lerobot
-    from ._util import ReaderError, require
-    from .readers.lerobot import load_json, load_jsonl, read_parquet
+    from .readers.lerobot_audit import audit_lerobot
 
-    try:
-        info = load_json(root / "meta" / "info.json")
-    except ReaderError as err:
-        report.add("error", root / "meta" / "info.json", "unreadable", str(err))
-        return
-    fps = float(info.get("fps") or 0)
-    version = str(info.get("codebase_version", ""))
-    major = version.lstrip("v").split(".")[0]
-    if major != "2":
-        report.add("note", root, "version", f"codebase_version {version}: the file-level checks cover v2.x; "
-                   f"stream checks only")
-        return _generic(report, lambda: read_lerobot(root, load_video=False), gap, gap_factor, window)
-    require("pyarrow", "lerobot", "the LeRobot checks")
-    chunks = int(info.get("chunks_size") or 1000)
-    try:
-        eps = {int(r["episode_index"]): r for r in load_jsonl(root / "meta" / "episodes.jsonl")}
-    except (ReaderError, KeyError, ValueError) as err:
-        report.add("error", root / "meta" / "episodes.jsonl", "unreadable", str(err))
-        return
-    if info.get("total_episodes") is not None and int(info["total_episodes"]) != len(eps):
-        report.add("warning", root / "meta" / "info.json", "meta_mismatch",
-                   f"total_episodes is {info['total_episodes']}, episodes.jsonl lists {len(eps)}")
-    total = sum(int(r.get("length", 0)) for r in eps.values())
-    if info.get("total_frames") is not None and int(info["total_frames"]) != total:
-        report.add("warning", root / "meta" / "info.json", "meta_mismatch",
-                   f"total_frames is {info['total_frames']}, episodes.jsonl lengths sum to {total}")
-    video_keys = [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"]
-    present: list[int] = []
-    missing: dict[str, list[int]] = {}    # "data" or a video key -> episodes without that file
-    cameras: dict[str, list] = {}         # video key -> [(frames, fps)] per episode with a file
-    off_grid_eps = []
-    for e, row in sorted(eps.items()):
-        data = root / info["data_path"].format(episode_chunk=e // chunks, episode_index=e)
-        if not data.is_file():
-            missing.setdefault("data", []).append(e)
-            continue
-        try:
-            t = read_parquet(data, columns=None)
-        except ReaderError as err:
-            report.add("error", data, "unreadable", str(err))
-            continue
-        n = t.num_rows
-        if int(row.get("length", n)) != n:
-            report.add("error", data, "frame_count", f"episode {e}: {n} parquet rows, episodes.jsonl says "
-                       f"length {row.get('length')}")
-        if "timestamp" in t.column_names and fps:
-            ts = np.asarray(t.column("timestamp").to_numpy(zero_copy_only=False), np.float64)
-            d = np.diff(ts)
-            if (d < 0).any():
-                report.add("error", data, "non_monotonic", f"episode {e}: timestamps go back in time at "
-                           f"{int(np.flatnonzero(d < 0)[0]) + 1}")
-            bad = np.abs(d - 1.0 / fps) > LEROBOT_TOLERANCE_S
-            if bad.any():
-                off_grid_eps.append(e)
-                i = int(np.flatnonzero(bad)[0])
-                report.add("error", data, "off_grid",
-                           f"episode {e}: {int(bad.sum())} timestamp steps are off the {fps:g} fps grid by more than "
-                           f"{LEROBOT_TOLERANCE_S:g} s (first at row {i + 1}: {ts[i]:.6f} -> {ts[i + 1]:.6f}); "
-                           f"LeRobot raises a tolerance error there")
-        present.append(e)
-        vid_tmpl = info.get("video_path")
-        for key in video_keys:
-            if not vid_tmpl:
-                break
-            vp = root / vid_tmpl.format(episode_chunk=e // chunks, video_key=key, episode_index=e)
-            if not vp.is_file():
-                missing.setdefault(key, []).append(e)
-                continue
-            frames, vfps = _video_frames(vp)
-            if frames is None:
-                report.add("error", vp, "unreadable", f"cannot open the video: {vfps}")
-                continue
-            cameras.setdefault(key, []).append((frames, vfps))
-            if frames != n:
-                report.add("error", vp, "frame_count",
-                           f"episode {e}: {frames} video frames, {n} parquet rows")
-            if vfps and fps and abs(vfps - fps) > 1e-3:
-                report.add("warning", vp, "fps", f"video at {vfps:g} fps, meta/info.json says {fps:g}")
-    for what, es in missing.items():
-        kind = "data parquet" if what == "data" else f"video '{what}'"
-        if what != "data" and len(es) == len(present) and present:
-            # listed in info.json, shipped for no episode: the loader skips the key with a warning (GR00T's
-            # PickNPlace lists a second camera it never shipped); trainable, so a warning here too
-            report.add("warning", root, "video_not_shipped",
-                       f"video '{what}' is listed in meta/info.json but no episode has its file; "
-                       "from_lerobot skips it with a warning")
-            continue
-        report.add("error", root, "missing_files", f"{len(es)} of {len(eps)} episodes have no {kind} file: "
-                   f"episodes {_ranges(es)}")
-    report.files.append({"path": str(root), "version": version, "fps": fps, "episodes_listed": len(eps),
-                         "episodes_present": len(present)})
-    if present:
-        _generic(report, lambda: read_lerobot(root, load_video=False, episodes=present), gap, gap_factor, window)
-    for key, per in cameras.items():          # the cameras' rows, from the files' headers (not decoded)
+    audit = audit_lerobot(root)
+    for finding in audit.findings:
+        report.add(*finding)
+    if not audit.summary:
+        return                                # the metadata itself is unreadable: said above
+    report.files.append(audit.summary)
+    if audit.present:
+        _generic(report, lambda: read_lerobot(root, load_video=False, episodes=audit.present), gap, gap_factor,
+                 window)
+    for key, per in audit.cameras.items():
         rates = [r for _, r in per if r]
         report.streams.append(StreamCheck(key, "image", episodes=len(per),
                                           count=sum(f for f, _ in per),
                                           rate_hz=float(np.median(rates)) if rates else None,
                                           rate_p10_hz=min(rates) if rates else None,
                                           rate_p90_hz=max(rates) if rates else None))
-
-
-def _ranges(xs) -> str:
-    xs = sorted(xs)
-    out, start = [], None
-    for i, x in enumerate(xs):
-        if start is None:
-            start = x
-        if i + 1 == len(xs) or xs[i + 1] != x + 1:
-            out.append(f"{start}" if start == x else f"{start}-{x}")
-            start = None
-    return ", ".join(out)
-
-
-def _video_frames(path: Path):
-    """(frame count, fps) from the container's metadata (no decoding); (None, why) on failure."""
-    from .video import probe_video
-    from .video.probe import count_frames
-    try:
-        info = probe_video(path, backend="pyav")
-        return (info.frames or count_frames(path)), (info.fps or None)
-    except (ImportError, ValueError, OSError) as e:
-        return None, str(e)
 
 
 def _generic(report: Report, read, gap, gap_factor, window) -> None:

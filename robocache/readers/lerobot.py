@@ -240,7 +240,8 @@ def _decode_image_column(col, name, where):
 
 
 def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subkeys: bool = True,
-                 annotations: str = "text", max_workers: int | None = None, missing_files: str = "error") -> Episodes:
+                 annotations: str = "text", max_workers: int | None = None, missing_files: str = "error",
+                 missing_videos: str = "error") -> Episodes:
     """Read a LeRobot v2.x/v3.0 dataset's rows (optionally GR00T-flavoured) and locate its videos.
 
     See ``robocache.Dataset.from_lerobot`` for the parameters; this returns the ``Episodes`` (the keyword
@@ -252,10 +253,10 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     file the episode metadata names.
     """
     require("pyarrow", "lerobot", "from_lerobot")
-    root, info_path, info, major = _open_info(path)
+    root, info_path, info, major = open_info(path)
     if annotations not in ("text", "index"):
         raise ValueError(f"annotations must be 'text' or 'index', got {annotations!r}")
-    fps, data_tmpl = float(info["fps"]), info["data_path"]   # checked by _open_info
+    fps, data_tmpl = float(info["fps"]), info["data_path"]   # checked by open_info
     features = info.get("features") or {}
     if load_video:
         unlisted_videos(root, features, info_path)
@@ -263,11 +264,12 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     workers = max_workers or min(16, os.cpu_count() or 1)
 
     # --- episode table: index, length, tasks, where its rows are
-    table = _episode_table(root, info, major, data_tmpl, chunks_size)
+    table = episode_table(root, info, major, data_tmpl, chunks_size)
     selected = _select(root, table, episodes)
     if not selected:
         raise ReaderError(f"{root}: the dataset lists no episodes")
-    selected = _present(root, info, table, selected, major, chunks_size, load_video, missing_files)
+    selected, cameras, skipped = _present(root, info, table, selected, major, chunks_size, load_video, missing_files,
+                                          missing_videos)
 
     # --- tabular data: one parquet read per file, in threads (pyarrow releases the GIL)
     rows = _episode_rows(root, table, selected, major, workers)
@@ -353,9 +355,9 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
             kinds[alias], rates[alias] = "text", rates[orig]
 
     # --- videos: where each episode's frames are (decoded by robocache.frames, never here)
-    sources, skipped = {}, []
+    sources = {}
     if load_video:
-        sources, skipped = _video_sources(root, info, info_path, table, selected, major, chunks_size, fps, out_eps)
+        sources = _video_sources(root, info, table, selected, cameras, major, chunks_size, fps, out_eps)
         for key, v in sources.items():
             kinds[key], rates[key] = "image", v["fps"]
             names.pop(key, None)
@@ -376,25 +378,13 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
                "files": [str(rows[e][1]) for e in selected]})
 
 
-def _video_sources(root, info, info_path, table, selected, major, chunks_size, fps, out_eps):
-    """``({key: {"sources", "fps", "rows"}}, skipped keys)``: each video key's source per selected episode.
-    A key none of whose files exist is skipped with a warning (a feature listed but not shipped)."""
-    out, skipped = {}, []
+def _video_sources(root, info, table, selected, cameras, major, chunks_size, fps, out_eps) -> dict:
+    """``{key: {"sources", "fps", "rows"}}``: the source of each camera of ``cameras`` (whose files
+    ``_present`` found) per selected episode."""
+    out = {}
     features = info.get("features") or {}
-    for key in [k for k, feat in features.items() if feat.get("dtype") == "video"]:
-        if not info.get("video_path"):
-            raise ReaderError(f"{info_path}: video feature '{key}' but no 'video_path'")
-        paths = [_video_path(root, info, table, e, key, major, chunks_size) for e in selected]
-        present = [p.is_file() for p in paths]
-        if not any(present):
-            skipped.append(key)
-            warnings.warn(f"{root}: video feature '{key}' is listed in meta/info.json but none of its files "
-                          f"exist (e.g. {paths[0]}); skipped", stacklevel=3)
-            continue
-        if not all(present):
-            lost = [str(p) for p, ok in zip(paths, present) if not ok]
-            raise ReaderError(f"{lost[0]}: video file not found ({len(lost)} of {len(paths)} files of "
-                              f"'{key}' are missing)")
+    for key in cameras:
+        paths = [video_file(root, info, table, e, key, major, chunks_size) for e in selected]
         feat = features[key]
         vfps = float((feat.get("video_info") or feat.get("info") or {}).get("video.fps") or fps)
         srcs = []
@@ -414,10 +404,12 @@ def _video_sources(root, info, info_path, table, selected, major, chunks_size, f
                 raise ReaderError(f"{root / 'meta' / 'episodes'}, episode {e}: {err}") from None
         rows = [len(next(iter(s.values()))[1]) if s else 0 for s in out_eps]
         out[key] = {"sources": srcs, "fps": vfps, "rows": rows}
-    return out, skipped
+    return out
 
 
-def _video_path(root: Path, info: dict, table: dict, e: int, key: str, major: int, chunks_size: int) -> Path:
+def video_file(root: Path, info: dict, table: dict, e: int, key: str, major: int, chunks_size: int) -> Path:
+    """Where episode ``e``'s video of camera ``key`` is (v2.x: its own file; v3.0: the shared file its
+    ``videos/<key>/chunk_index`` and ``file_index`` name), whether or not it exists."""
     tmpl, info_path = info["video_path"], root / "meta" / "info.json"
     what = f"video_path for feature '{key}', episode {e}"
     if major == 2:
@@ -444,14 +436,14 @@ def _episode_rows(root: Path, table: dict, selected: list, major: int, workers: 
     tables = _read_all([f for f in named if Path(f).is_file()], workers)
     if major == 2:
         return {e: (tables[table[e]["data"]], table[e]["data"]) for e in selected}
-    want = {e: _expected_rows(table[e]) for e in selected}
-    found = _collect(tables, selected, table)
+    want = {e: expected_rows(table[e]) for e in selected}
+    found = collect_rows(tables, selected, table)
     short = [e for e in selected if sum(len(i) for _, i in found.get(e, [])) < max(want[e], 1)]
     if short:
         others = [f for f in sorted((root / "data").glob("**/*.parquet")) if f not in tables]
         holders = [f for f in others if _holds_any(f, short, table)]
         tables.update(_read_all(holders, workers))
-        found = _collect(tables, selected, table)
+        found = collect_rows(tables, selected, table)
     import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
 
     out = {}
@@ -475,7 +467,9 @@ def _episode_rows(root: Path, table: dict, selected: list, major: int, workers: 
     return out
 
 
-def _expected_rows(entry: dict) -> int:
+def expected_rows(entry: dict) -> int:
+    """The rows an episode-table entry promises: ``dataset_to_index - dataset_from_index`` (v3.0), else its
+    ``length`` (-1: none listed)."""
     row = entry.get("row") or {}
     lo, hi = row.get("dataset_from_index"), row.get("dataset_to_index")
     if lo is not None and hi is not None:
@@ -491,7 +485,7 @@ def _row_keys(t, path) -> tuple[str, np.ndarray]:
     raise ReaderError(f"{path}: no 'episode_index' or 'index' column to find episodes' rows in")
 
 
-def _collect(tables: dict, selected: list, table: dict) -> dict:
+def collect_rows(tables: dict, selected: list, table: dict) -> dict:
     """{episode: [(file, row indices)]} over every table read so far, the metadata's file first."""
     found: dict = {}
     wanted = set(selected)
@@ -579,7 +573,7 @@ def lerobot_root(path) -> Path:
     raise ReaderError(f"{root}: no such dataset folder")
 
 
-def _open_info(path):
+def open_info(path):
     """``(root, info_path, info, major version)`` of a LeRobot set folder, or ReaderError."""
     root = lerobot_root(path)
     info_path = root / "meta" / "info.json"
@@ -614,7 +608,7 @@ def _select(root: Path, table: dict, episodes) -> list:
     return selected
 
 
-def _episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_size: int) -> dict:
+def episode_table(root: Path, info: dict, major: int, data_tmpl: str, chunks_size: int) -> dict:
     """{episode: {"length", "tasks", "data" (its parquet file), "row" (v3: the metadata row)}} from the
     episode metadata (v2.x episodes.jsonl, v3.0 meta/episodes parquet files)."""
     info_path = root / "meta" / "info.json"
@@ -657,8 +651,8 @@ def episode_weights(path, *, episodes=None, video_resize=None):
     """``(episodes, rows, weights)`` from the metadata alone, before anything is read: each episode's
     rows (the length its metadata lists) and rows x the pixels of one frame of every video key (rows
     when there is none), what ``shard_episodes`` balances the ranks by."""
-    root, _, info, major = _open_info(path)
-    table = _episode_table(root, info, major, info.get("data_path", ""), int(info.get("chunks_size") or 1000))
+    root, _, info, major = open_info(path)
+    table = episode_table(root, info, major, info.get("data_path", ""), int(info.get("chunks_size") or 1000))
     ids = _select(root, table, episodes)
     rows = np.array([table[e]["length"] for e in ids], np.int64)
     if (rows < 0).any():
@@ -678,40 +672,83 @@ def episode_weights(path, *, episodes=None, video_resize=None):
     return ids, rows, rows * max(pixels, 1)
 
 
+def unread_cameras(root: Path, features: dict) -> set:
+    """The video features of ``features`` that GR00T's loader never reads: with a ``meta/modality.json`` naming
+    the set's cameras, those it does not name. Only these may lack every file without an error: GR00T's
+    PickNPlace lists a second camera (``observation.images.egoview``) that it never shipped and nothing reads."""
+    named = {orig for alias, (orig, start, _) in read_modality(root).items()
+             if start is None and alias.startswith("video.")}
+    if not named:
+        return set()
+    return {k for k, f in features.items() if f.get("dtype") == "video" and k not in named}
+
+
 def _present(root: Path, info: dict, table: dict, selected: list, major: int, chunks_size: int, load_video: bool,
-             missing_files: str) -> list:
-    """The selected episodes whose data (and, with videos, video) files exist. Sets published partly (meta
-    lists more episodes than the files hold) load with ``episodes=`` or ``missing_files="skip"``."""
+             missing_files: str, missing_videos: str) -> tuple[list, list, list]:
+    """``(episodes, cameras, skipped cameras)``: the selected episodes whose data (and cameras' video) files
+    exist, the video keys to load, and the listed ones left out. A listed camera without its video is an error
+    naming the camera, the episodes and the file: ``missing_videos="drop"`` loads without it (a warning).
+    Sets published partly (meta lists more episodes than the files hold) load with ``episodes=`` or
+    ``missing_files="skip"``."""
     if missing_files not in ("error", "skip"):
         raise ValueError(f"missing_files must be 'error' or 'skip', got {missing_files!r}")
-    videos = [k for k, f in (info.get("features") or {}).items() if f.get("dtype") == "video"] if load_video else []
-    videos = videos if info.get("video_path") else []
+    if missing_videos not in ("error", "drop"):
+        raise ValueError(f"missing_videos must be 'error' or 'drop', got {missing_videos!r}")
+    features = info.get("features") or {}
+    listed = [k for k, f in features.items() if f.get("dtype") == "video"] if load_video else []
+    if listed and not info.get("video_path"):
+        raise ReaderError(f"{root / 'meta' / 'info.json'}: video feature '{listed[0]}' but no 'video_path'")
 
     def vpath(e, k):
-        return _video_path(root, info, table, e, k, major, chunks_size)
+        return video_file(root, info, table, e, k, major, chunks_size)
 
-    # a key with no file at all is skipped with a warning later (a feature listed but not shipped)
-    videos = [k for k in videos if any(vpath(e, k).is_file() for e in selected)]
+    unread = unread_cameras(root, features)
+    gone = {k: [e for e in selected if not vpath(e, k).is_file()] for k in listed}
+    cameras, skipped = [], []
+    for k in listed:
+        es = gone[k]
+        never = len(es) == len(selected)          # no episode has it
+        unshipped = never and k in unread         # listed, never shipped, read by nothing
+        if not es:
+            cameras.append(k)
+        elif unshipped or missing_videos == "drop":
+            skipped.append(k)
+            if unshipped:
+                msg = (f"{root}: camera '{k}' is listed in meta/info.json but none of its files exist (e.g. "
+                       f"{vpath(es[0], k)}) and meta/modality.json does not name it; left out")
+            else:
+                msg = (f"{vpath(es[0], k)}: video file not found; camera '{k}' is left out (missing_videos='drop'): "
+                       f"{len(es)} of {len(selected)} episodes lack its video")
+            warnings.warn(msg, stacklevel=3)
+        elif never:
+            raise ReaderError(f"{vpath(es[0], k)}: video file not found; camera '{k}' is listed in meta/info.json "
+                              f"but none of the {len(selected)} episodes has its video (episodes {es[:5]}"
+                              f"{'...' if len(es) > 5 else ''}). Pass missing_videos='drop' to load without "
+                              f"camera '{k}', or load_video=False to load no video")
+        else:
+            cameras.append(k)                     # some episodes lack it: said with the episodes below
     lost = {}
     for e in selected:
-        files = [table[e]["data"], *(vpath(e, k) for k in videos)]
-        gone = [f for f in files if not Path(f).is_file()]
-        if gone:
-            lost[e] = gone[0]
+        if not Path(table[e]["data"]).is_file():
+            lost[e] = (table[e]["data"], "parquet file not found")
+            continue
+        k = next((k for k in cameras if e in gone[k]), None)
+        if k is not None:
+            lost[e] = (vpath(e, k), f"video file not found for camera '{k}'")
     if not lost:
-        return selected
+        return selected, cameras, skipped
     keep = [e for e in selected if e not in lost]
-    first = next(iter(lost.values()))
+    first, what = next(iter(lost.values()))
     if missing_files == "skip":
         if not keep:
-            raise ReaderError(f"{first}: file not found; none of the {len(selected)} selected episodes has its files")
+            raise ReaderError(f"{first}: {what}; none of the {len(selected)} selected episodes has its files")
         warnings.warn(f"{root}: skipping {len(lost)} of {len(selected)} episodes whose files are missing "
                       f"(first: {first})", stacklevel=3)
-        return keep
+        return keep, cameras, skipped
     shown = f"{keep[:20]}" + ("..." if len(keep) > 20 else "")
-    what = "parquet file" if str(first).endswith(".parquet") else "video file"
-    raise ReaderError(f"{first}: {what} not found ({len(lost)} of {len(selected)} episodes lack their files, e.g. "
-                      f"episodes {sorted(lost)[:5]}); load the {len(keep)} present ones with episodes={shown}, "
+    drop = "" if what.startswith("parquet") else ", every episode without the camera with missing_videos='drop'"
+    raise ReaderError(f"{first}: {what} ({len(lost)} of {len(selected)} episodes lack their files, e.g. "
+                      f"episodes {sorted(lost)[:5]}); load the {len(keep)} present ones with episodes={shown}{drop}, "
                       f"or pass missing_files='skip' to skip the others with a warning")
 
 

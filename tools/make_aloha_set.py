@@ -8,7 +8,7 @@ differ) or, without one, from smooth moving colour fields. The set is made the w
 one: `LeRobotDataset.create(..., use_videos=True)`, `add_frame` per frame, `save_episode`, `finalize`
 (LeRobot 0.4.4 and 0.6.x), so its videos are LeRobot's own encoder settings (AV1, libsvtav1).
 
-    python benchmarks/make_aloha_set.py OUT_DIR [--episodes 20] [--seconds 10] [--frames DIR]
+    python tools/make_aloha_set.py OUT_DIR [--episodes 20] [--seconds 10] [--frames DIR]
 Needs LeRobot (and its PyAV); --smoke writes 2 short episodes of 48x64.
 """
 

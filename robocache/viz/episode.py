@@ -7,6 +7,8 @@ a row of frames per camera at a few times, and the curves with a numbered cursor
 
 from __future__ import annotations
 
+import base64
+import io
 import math
 from typing import Any, Sequence
 
@@ -170,7 +172,6 @@ class EpisodeView:
         """An ipywidgets box: a play button and a time slider above the figure, redrawn on each move."""
         try:
             import ipywidgets as widgets  # type: ignore[import-untyped]  # no stubs; optional
-            from IPython.display import display
         except ImportError as e:
             raise ImportError('the slider needs ipywidgets: pip install ipywidgets (without it, '
                               'episode_view(..., interactive=False) draws a static grid)') from e
@@ -181,23 +182,34 @@ class EpisodeView:
         slider = widgets.FloatSlider(value=self.time, min=t0, max=t1, step=step, description="t [s]",
                                      readout_format=".2f", layout=widgets.Layout(width="80%"))
         play = widgets.Play(value=0, min=0, max=max(n, 1), step=1, interval=int(1000 * step))
-        out = widgets.Output()
+        # the figure as an Image widget's PNG, not display()ed into an Output widget: nbclient (under
+        # jupyter nbconvert --execute and papermill) stands in for an Output widget's frontend by sending
+        # the captured outputs back to the kernel on the shell socket while it awaits the cell's reply on
+        # that socket, and the reply can then stay unread for good (jupyter/nbclient#312; it hung
+        # examples/explore.ipynb in 2 of 7 runs)
+        image = widgets.Image(value=self._png(), format="png")
 
         def draw(_=None):
             self.set_time(slider.value)
-            with out:
-                out.clear_output(wait=True)
-                display(self.figure)
+            image.value = self._png()
 
         play.observe(lambda ch: setattr(slider, "value", min(t1, t0 + ch["new"] * step)), names="value")
         slider.observe(draw, names="value")
-        draw()
-        return widgets.VBox([widgets.HBox([play, slider]), out])
+        return widgets.VBox([widgets.HBox([play, slider]), image])
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
+    def _png(self) -> bytes:
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", bbox_inches="tight")
+        return buf.getvalue()
 
-        display(self.widget() if self.interactive else self.figure)
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """Jupyter's display: the slider box (interactive) or the figure. The figure's PNG goes in
+        either way: a viewer without a widget manager (GitHub, nbconvert to markdown or HTML) shows
+        it where a notebook shows the slider."""
+        bundle = self.widget()._repr_mimebundle_() if self.interactive else {}
+        bundle.update({"text/plain": f"<EpisodeView of episode {self.episode}>",
+                       "image/png": base64.b64encode(self._png()).decode("ascii")})
+        return bundle
 
 
 def _has_ipywidgets() -> bool:

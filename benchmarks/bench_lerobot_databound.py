@@ -23,11 +23,12 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"lerobot": "lerobot.scripts.lerobot_train", "robocache": "robocache.lerobot_train"}
-LOG = re.compile(r"step:(\S+) .*?updt_s:([\d.]+) .*?data_s:([\d.]+)")
+LOG = re.compile(r"step:(\S+) .*?loss:([\d.]+) .*?updt_s:([\d.]+) .*?data_s:([\d.]+)")
 
 
 def policy_args(policy: str, smoke: bool) -> list[str]:
@@ -48,7 +49,9 @@ def backend() -> str:
         return "pyav"
 
 
-def run(loader: str, policy: str, data: Path, args, out: Path) -> dict:
+def run(loader: str, policy: str, data: Path, args, out: Path, logs: Path) -> dict:
+    """One training run; LeRobot's log lines (after the first) averaged. A failed run is reported, not raised:
+    the other runs still measure."""
     cmd = [sys.executable, "-m", SCRIPTS[loader], "--dataset.repo_id=local/aloha_bench", f"--dataset.root={data}",
            f"--dataset.video_backend={backend()}", f"--policy.type={policy}", f"--policy.device={args.device}",
            "--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null",
@@ -57,17 +60,20 @@ def run(loader: str, policy: str, data: Path, args, out: Path) -> dict:
            f"--output_dir={out / f'{loader}_{policy}'}", "--seed=1000"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
            "HF_HUB_OFFLINE": "1", "ROBOCACHE_NO_PROGRESS": "1"}
+    t = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out, timeout=args.timeout)
+    wall = time.perf_counter() - t
     log = r.stdout + r.stderr
-    (out / f"{loader}_{policy}.log").write_text(log)
-    if r.returncode != 0:
-        raise SystemExit(f"{loader} {policy} failed (exit {r.returncode}):\n{log[-3000:]}")
-    rows = [(float(u), float(d)) for _, u, d in LOG.findall(log)]
+    (logs / f"{loader}_{policy}.log").write_text(log)
+    rows = [(float(loss), float(u), float(d)) for _, loss, u, d in LOG.findall(log)]
+    if r.returncode != 0 or not rows:
+        print(f"{loader} {policy} failed (exit {r.returncode}):\n{log[-3000:]}", flush=True)
+        return {"error": log[-3000:], "exit": r.returncode}
     kept = rows[1:] or rows                            # the first interval holds start-up (workers, caches)
-    updt = sum(u for u, _ in kept) / len(kept)
-    data = sum(d for _, d in kept) / len(kept)
+    updt = sum(u for _, u, _ in kept) / len(kept)
+    data = sum(d for _, _, d in kept) / len(kept)
     return {"updt_s": updt, "data_s": data, "steps_per_s": 1.0 / (updt + data), "data_share": data / (updt + data),
-            "log_lines": len(rows)}
+            "loss_first": rows[0][0], "loss_last": rows[-1][0], "log_lines": len(rows), "wall_s": wall}
 
 
 def main(argv=None) -> int:
@@ -82,6 +88,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--timeout", type=int, default=1200)
     ap.add_argument("--json")
+    ap.add_argument("--logs", help="keep each run's log in this folder (default: dropped with the scratch folder)")
     ap.add_argument("--smoke", action="store_true", help="CPU, a tiny generated set, 3 steps: checks it runs")
     args = ap.parse_args(argv)
     try:
@@ -110,9 +117,14 @@ def main(argv=None) -> int:
                         "lerobot_workers": args.workers, "lerobot_backend": backend()}
         for policy in args.policies:
             for loader in args.loaders:
-                result[f"{loader}_{policy}"] = r = run(loader, policy, data, args, out)
+                logs = Path(args.logs) if args.logs else out
+                logs.mkdir(parents=True, exist_ok=True)
+                result[f"{loader}_{policy}"] = r = run(loader, policy, data, args, out, logs)
+                if "error" in r:
+                    continue
                 print(f"{policy:9s} {loader:9s} updt_s {r['updt_s']:.4f}  data_s {r['data_s']:.4f}  "
-                      f"{r['steps_per_s']:.2f} steps/s  data {100 * r['data_share']:.1f}% of the step", flush=True)
+                      f"{r['steps_per_s']:.2f} steps/s  data {100 * r['data_share']:.1f}% of the step  loss "
+                      f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}  ({r['wall_s']:.0f} s in all)", flush=True)
     print(f"bench_lerobot_databound on {gpu}: batch {args.batch_size}, {args.steps} steps"
           + (" (smoke: untimed)" if args.smoke else ""))
     if args.json:

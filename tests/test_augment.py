@@ -27,6 +27,7 @@ from robocache import DataLoader, Window, _C  # noqa: E402
 from robocache.augment import draw as D  # noqa: E402
 from robocache.frames.store import FrameStore  # noqa: E402
 from robocache.video.layout import yuv420_bytes  # noqa: E402
+from pairs import paired  # noqa: E402
 from reference import split_i420, yuv420_to_rgb_ref  # noqa: E402
 
 H, W = 30, 40
@@ -392,7 +393,7 @@ def test_loader_epochs_repeat_resume_and_differ(rng, tmp_path):
     loader.set_epoch(1)
     again = _epoch(loader)
     assert len(e1) == len(again) == len(loader) > 2
-    for a, b in zip(e1, again):
+    for a, b in paired(e1, again):
         assert a.keys() == b.keys() and torch.equal(a["cam"], b["cam"])
     e2 = _epoch(loader)                       # epoch 2
     assert not torch.equal(e1[0]["cam"], e2[0]["cam"])
@@ -405,7 +406,7 @@ def test_loader_epochs_repeat_resume_and_differ(rng, tmp_path):
     fresh.load_state_dict(state)
     rest = _epoch(fresh)
     assert len(rest) == len(e1) - 2
-    for a, b in zip(rest, e1[2:]):
+    for a, b in paired(rest, e1[2:]):
         assert torch.equal(a["cam"], b["cam"]) and torch.equal(a["state"], b["state"])
 
 

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 import robocache.augment as A  # noqa: E402
 from robocache import DataLoader, Window, _C  # noqa: E402
+from pairs import paired  # noqa: E402
 from test_augment import H, PIPELINES, W, _dataset, _windows, frames  # noqa: E402
 
 pytestmark = pytest.mark.cuda
@@ -79,7 +80,7 @@ def test_loader_epoch_without_host_sync_and_graph_replay(rng, tmp_path):
     assert graphed.cuda_graph
     want = [{k: v.clone() for k, v in b.items()} for b in eager]
     assert len(got) == len(want) == len(graphed) > 2
-    for x, y in zip(got, want):
+    for x, y in paired(got, want):
         assert x.keys() == y.keys()
         for k in x:
             assert torch.equal(x[k], y[k]), k
@@ -94,7 +95,7 @@ def test_normalized_float_batch_on_gpu_matches_cpu_loader(rng, tmp_path):
     a = [b["cam"] for b in DataLoader(cpu, 9, windows=w(), seed=8)]
     b = [b["cam"].cpu() for b in DataLoader(gpu, 9, windows=w(), seed=8)]
     assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         assert torch.equal(x, y)
 
 
@@ -133,7 +134,7 @@ def test_every_tier_gives_the_device_tiers_augmented_batches(rng, tmp_path, tier
     a = [b["cam"].cpu() for b in DataLoader(ds("device"), 6, windows=_windows(aug), seed=5)]
     b = [b["cam"].cpu() for b in DataLoader(ds(tier), 6, windows=_windows(aug), seed=5)]
     assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         assert x.shape == y.shape
         if tier == "compressed":                  # lossy: within the tier's stated quality
             mse = float(((x - y) ** 2).mean())

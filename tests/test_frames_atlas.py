@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from pairs import paired
 from conftest import same_batches
 from noise_clips import write_i420_h264
 import robocache
@@ -146,7 +147,7 @@ def test_atlas_quality_is_the_per_camera_jpegs(cameras, monkeypatch):
         psnr = [10 * np.log10(255 ** 2 / ((s[c][0][ids].double() - want) ** 2).mean().item()) for s in (atlas, single)]
         assert psnr[0] > 35 and abs(psnr[0] - psnr[1]) < 0.5, (c, psnr)
         assert [len(t) for t in atlas[c][1]] == list(COUNTS)
-        for a, b in zip(atlas[c][1], host[c][1]):
+        for a, b in paired(atlas[c][1], host[c][1]):
             assert np.array_equal(a, b)
 
 
@@ -208,7 +209,7 @@ def test_gpu_atlas_batches(cameras):
     assert all(d is data[0] for d in data) and torch.from_numpy(data[0]).is_pinned()
     want, got = _batches(_dataset(cpu)), _batches(_dataset(gpu, "cuda"))
     same_batches(got, _batches(_dataset(gpu, "cuda")))
-    for x, y in zip(want, got):
+    for x, y in paired(want, got):
         for k in x:
             assert x[k].shape == y[k].shape and x[k].dtype == y[k].dtype, k
             d = (x[k].double() - y[k].double()).abs().max().item()
@@ -229,7 +230,7 @@ def test_gpu_atlas_epoch_without_sync(cameras):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(again) == len(first)
-    assert all(torch.equal(a[c], b[c]) for a, b in zip(first, again) for c in CAMS)
+    assert all(torch.equal(a[c], b[c]) for a, b in paired(first, again) for c in CAMS)
 
 
 # ----------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def test_lerobot_cameras_share_atlases_in_v21_and_v30(cr5_v21, tmp_path):
     got = b.streams[side].frames[torch.arange(len(want))].double()
     assert 10 * np.log10(255 ** 2 / ((got - want) ** 2).mean().item()) > 38
     windows = {"top": Window(top, indices=[-1, 0], layout="BTCHW"), "side": Window(side, indices=[0])}
-    for x, y in zip(DataLoader(a, 8, shuffle=True, seed=1, windows=windows),
+    for x, y in paired(DataLoader(a, 8, shuffle=True, seed=1, windows=windows),
                     DataLoader(b, 8, shuffle=True, seed=1, windows=windows)):
         assert torch.equal(x["top"], y["top"]) and torch.equal(x["side"], y["side"])
         assert torch.equal(x["top"][:, 1], y["side"][:, 0].permute(0, 3, 1, 2).float() / 255)

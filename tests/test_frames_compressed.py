@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from pairs import paired
 from conftest import mapped_file, same_batches
 from noise_clips import write_i420_h264
 import robocache
@@ -375,7 +376,7 @@ def test_gpu_compressed_batches(rng, name, monkeypatch):
     want = _batches(ref)                    # the lossless tier over FFmpeg's decode of the same bytes
     got = _batches(gpu)
     same_batches(got, _batches(gpu))               # deterministic: the same bytes every epoch
-    for x, y in zip(want, got):
+    for x, y in paired(want, got):
         for k in x:
             assert x[k].shape == y[k].shape and x[k].dtype == y[k].dtype, k
             d = (x[k].double() - y[k].double()).abs().max().item()
@@ -397,7 +398,7 @@ def test_compressed_epoch_without_sync(rng):
         again = [b["hwc"].clone() for b in loader]
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert len(again) == len(loader) and all(torch.equal(a, b) for a, b in zip(first, again))
+    assert len(again) == len(loader) and all(torch.equal(a, b) for a, b in paired(first, again))
 
 
 @pytest.mark.cuda
@@ -466,7 +467,7 @@ def test_abandoned_iterators_then_an_epoch(rng):
     loader.set_epoch(0)
     again = [b["hwc"].clone() for b in loader]
     assert len(again) == len(whole) == len(loader)
-    assert all(torch.equal(a, b) for a, b in zip(whole, again))
+    assert all(torch.equal(a, b) for a, b in paired(whole, again))
 
 
 # ----------------------------------------------------------------------------

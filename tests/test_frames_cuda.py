@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from robocache import _C  # noqa: E402
+from gpu_gate import hold  # noqa: E402
 from reference import assert_equal, to_numpy  # noqa: E402
 from test_frames import OUT_DTYPES, SOURCES, make_ids, make_out, make_storage  # noqa: E402
 
@@ -173,15 +174,15 @@ def test_graph_capture_and_no_sync(where, rng):
 def test_runs_on_the_given_stream(rng):
     storage = make_storage(rng, "rgb", "uint8", 8, 32, 48, 3).cuda()
     ids = torch.tensor([3, 1, 7, -1], device="cuda")
-    out = torch.empty(4, 32, 48, 3, dtype=torch.uint8, device="cuda")
+    out = torch.full((4, 32, 48, 3), 0xAB, dtype=torch.uint8, device="cuda")   # poisoned: unwritten shows
+    _C.gather_frames(storage, ids, torch.empty_like(out), format="rgb", height=32, width=48, channels=3)  # warm-up
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(20_000_000)  # a busy stream: a kernel on another stream would finish first
-        _C.gather_frames(storage, ids, out, format="rgb", height=32, width=48, channels=3)
-        done = torch.cuda.Event()
-        done.record(s)
-    assert not done.query(), "the work is queued on the caller's stream behind the sleep"
+    with hold(s):  # a held stream: a kernel put on any other stream would run meanwhile
+        with torch.cuda.stream(s):
+            _C.gather_frames(storage, ids, out, format="rgb", height=32, width=48, channels=3)
+        torch.cuda.default_stream().synchronize()
+        assert (out.cpu() == 0xAB).all(), "gather_frames wrote before the caller's stream reached it"
     s.synchronize()
     assert torch.equal(out[:3], storage[ids[:3]]) and not out[3].any()
     out2 = torch.empty_like(out)

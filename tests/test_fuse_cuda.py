@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from gpu_gate import hold  # noqa: E402
 from reference import (ALL_DTYPES, FLOAT_DTYPES, TIME_DTYPES, assert_close, assert_equal,  # noqa: E402
                        poisoned, to_numpy)
 from test_fuse import FLOAT_MIX, INT_MIX, Fuse  # noqa: E402
@@ -174,47 +175,42 @@ def stream_setup(rng):
     return case, fresh, v, live, x, want
 
 
-def test_runs_on_current_stream(rng, sleep_cycles):
+def test_runs_on_current_stream(rng):
     case, fresh, v, live, x, want = stream_setup(rng)
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        v.copy_(fresh)  # lands on s only after the sleep
-        out = robocache.fuse(live, x, modes=case.modes)
-    default_idle = torch.cuda.default_stream().query()
-    s_busy = not s.query()
+    with hold(s) as gate:
+        with torch.cuda.stream(s):
+            v.copy_(fresh)  # lands on s only once the gate opens
+            out = robocache.fuse(live, x, modes=case.modes)
+        assert gate.pending(), "stream s had passed the gate when fuse returned: fuse synchronized with it"
+        assert torch.cuda.default_stream().query(), "fuse put work on (or made wait) the default stream"
     s.synchronize()
-    assert s_busy, "stream s had finished when fuse returned: fuse synchronized with it"
-    assert default_idle, "fuse put work on (or made wait) the default stream"
     assert_equal(out, want, msg="kernel not ordered after the writes on the current stream")
 
 
 @pytest.mark.parametrize("handle", ["stream", "int"])
-def test_runs_on_explicit_stream(handle, rng, sleep_cycles):
+def test_runs_on_explicit_stream(handle, rng):
     case, fresh, v, live, x, want = stream_setup(rng)
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        v.copy_(fresh)
-    out = robocache.fuse(live, x, modes=case.modes, stream=s if handle == "stream" else s.cuda_stream)
-    default_idle = torch.cuda.default_stream().query()
-    s_busy = not s.query()
+    with hold(s) as gate:
+        with torch.cuda.stream(s):
+            v.copy_(fresh)  # lands on s only once the gate opens
+        out = robocache.fuse(live, x, modes=case.modes, stream=s if handle == "stream" else s.cuda_stream)
+        assert gate.pending(), "stream s had passed the gate when fuse returned: fuse synchronized with it"
+        assert torch.cuda.default_stream().query(), "fuse(stream=s) put work on (or made wait) the default stream"
     s.synchronize()
-    assert s_busy and default_idle
     assert_equal(out, want, msg="kernel not ordered after the writes on stream=s")
 
 
-def test_check_none_does_not_sync(rng, sleep_cycles):
+def test_check_none_does_not_sync(rng):
     case = Fuse(rng, "ragged", "float32", "float64", FLOAT_MIX, B=32)
     streams, x, index = on("cuda", *case.args("torch"))
-    robocache.fuse(streams, x, modes=case.modes, index=index)
+    robocache.fuse(streams, x, modes=case.modes, index=index)  # warm-up: module load, first launch
     torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    torch.cuda._sleep(sleep_cycles)
-    robocache.fuse(streams, x, modes=case.modes, index=index)
-    busy = not stream.query()
+    with hold() as gate:  # a host sync in the call would wait for the gate: the block fails saying so
+        robocache.fuse(streams, x, modes=case.modes, index=index)
+        assert gate.pending(), "fuse(check=None) waited for the GPU: a host sync on the hot path"
     torch.cuda.synchronize()
-    assert busy, "fuse(check=None) waited for the GPU: a host sync on the hot path"
 
 
 @pytest.mark.parametrize("what", ["unsorted", "nan", "offsets", "index"])

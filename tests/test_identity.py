@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from pairs import paired  # noqa: E402
 from lerobot_forge import TASKS, write_lerobot  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 from robocache.loader import IDENTITY  # noqa: E402
@@ -143,7 +144,7 @@ def test_identity_follows_sampler_and_resume(rng):
     resumed.load_state_dict(state)
     again = list(resumed)
     assert len(again) == len(rest)
-    for a, b in zip(rest, again):
+    for a, b in paired(rest, again):
         assert a["task"] == b["task"]
         for k in ("episode_index", "frame_index", "timestamp", "index", "task_index"):
             torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
@@ -206,7 +207,7 @@ def test_identity_cuda_graph_equals_eager_without_sync(rng):
             torch.cuda.set_sync_debug_mode(0)
         b = list(eager)
         assert graphed._batches.graph is not None
-        for x, y in zip(a, b):
+        for x, y in paired(a, b):
             assert x.keys() == y.keys() and x["task"] == y["task"]
             for k in x:
                 if k != "task":

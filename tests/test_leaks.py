@@ -369,8 +369,8 @@ def test_cropped_view_needs_a_copy():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("copy", [False, True], ids=["in-place", "strided-copy"])
-def test_gpu_inputs_freed_by_caller_stay_valid_until_the_kernel_ran(copy, rng, sleep_cycles):
-    """The current stream sleeps; resample is called on freshly made device tensors (and, with
+def test_gpu_inputs_freed_by_caller_stay_valid_until_the_kernel_ran(copy, rng):
+    """The current stream is held (tests/gpu_gate.py); resample is called on freshly made device tensors (and, with
     copy, on a view robocache must copy), the caller deletes them at once and fills new
     tensors of the same sizes (the caching allocator hands the freed blocks out again); after
     a synchronize the result is still the reference's."""
@@ -378,20 +378,23 @@ def test_gpu_inputs_freed_by_caller_stay_valid_until_the_kernel_ran(copy, rng, s
     ref, _ = resample_ref(v, t, x, offsets=off, index=idx)
     dev = torch.device("cuda")
     base = {k: torch.from_numpy(a).to(dev) for k, a in dict(v=v, t=t, x=x, off=off, idx=idx).items()}
+    from gpu_gate import hold
+    warm = [torch.full_like(a, -7) for a in base.values()]   # the kernels used below, loaded before the hold
+    robocache.resample(cropped(base["v"]) if copy else base["v"], base["t"], base["x"], offsets=base["off"],
+                       index=base["idx"])
+    del warm
     torch.cuda.synchronize()
-    torch.cuda._sleep(sleep_cycles)                  # the current stream is busy for ~200 ms
-    fresh = {k: a.clone() for k, a in base.items()}  # queued behind the sleep
-    values = fresh["v"]
-    if copy:
-        values = cropped(fresh["v"])
-        assert not values.is_contiguous()
-    out = robocache.resample(values, fresh["t"], fresh["x"], offsets=fresh["off"], index=fresh["idx"])
-    done = torch.cuda.Event()
-    done.record()
-    assert not done.query(), "the stream had drained when resample returned: the test tested nothing"
-    del values, fresh
-    junk = [torch.full_like(a, -7) for a in base.values() for _ in range(3)]  # reuses the freed blocks
-    junk += [torch.full((v.shape[0], 2, 12), -7.0, device=dev) for _ in range(2)]
+    with hold() as gate:                                 # the current stream waits for the test
+        fresh = {k: a.clone() for k, a in base.items()}  # queued behind the gate
+        values = fresh["v"]
+        if copy:
+            values = cropped(fresh["v"])
+            assert not values.is_contiguous()
+        out = robocache.resample(values, fresh["t"], fresh["x"], offsets=fresh["off"], index=fresh["idx"])
+        assert gate.pending(), "the stream was past the gate when resample returned: the test tested nothing"
+        del values, fresh
+        junk = [torch.full_like(a, -7) for a in base.values() for _ in range(3)]  # reuses the freed blocks
+        junk += [torch.full((v.shape[0], 2, 12), -7.0, device=dev) for _ in range(2)]
     torch.cuda.synchronize()
     got = out.cpu().numpy().reshape(ref.shape)
     assert np.array_equal(got, ref), "resample read memory the caller had freed and reused"
@@ -400,13 +403,16 @@ def test_gpu_inputs_freed_by_caller_stay_valid_until_the_kernel_ran(copy, rng, s
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("op", ["resample-copy", "fuse-copy", "voxelize-workspace"])
-def test_gpu_temporaries_with_explicit_stream(op, rng, sleep_cycles):
+def test_gpu_temporaries_with_explicit_stream(op, rng):
     """stream= names a stream other than the current one, and robocache needs a temporary
     (a contiguous copy of a strided input made by torch on the current stream, or voxelize's
     workspace from torch's allocator). The temporary is freed to the current stream's pool when
     the call returns; new work on the current stream reuses it while the kernel still waits on
-    the sleeping stream. The result must still be right (robocache must record the stream,
-    wait, or copy on the kernel's stream)."""
+    the held stream (tests/gpu_gate.py). The result must still be right (robocache must record
+    the stream, wait, or copy on the kernel's stream). A call that waits on the host for the
+    held stream (voxelize's workspace on another stream, documented) returns once the gate has
+    opened by itself."""
+    from gpu_gate import hold
     dev = torch.device("cuda")
     s = torch.cuda.Stream()
     if op == "voxelize-workspace":
@@ -416,11 +422,11 @@ def test_gpu_temporaries_with_explicit_stream(op, rng, sleep_cycles):
         geom = dict(grid=(16, 8, 4), voxel_size=(0.5, 1.0, 2.0), origin=(0.0, 0.0, 0.0))
         ref, _ = voxelize_ref(pts, features=feats, offsets=coff, mode="mean", **geom)
         P, F, O = (torch.from_numpy(a).to(dev) for a in (pts, feats, coff))
+        robocache.voxelize(P, features=F, offsets=O, mode="mean", **geom)     # warm-up: module load
         torch.cuda.synchronize()
-        with torch.cuda.stream(s):
-            torch.cuda._sleep(sleep_cycles)
-        out = robocache.voxelize(P, features=F, offsets=O, mode="mean", stream=s, **geom)
-        junk = [torch.full((1 << 20, 16), -7.0, device=dev) for _ in range(4)]
+        with hold(s, let_go_after=2):
+            out = robocache.voxelize(P, features=F, offsets=O, mode="mean", stream=s, **geom)
+            junk = [torch.full((1 << 20, 16), -7.0, device=dev) for _ in range(4)]
         torch.cuda.synchronize()
         got = out.cpu().numpy()
         from test_voxelize import assert_voxels
@@ -430,14 +436,13 @@ def test_gpu_temporaries_with_explicit_stream(op, rng, sleep_cycles):
     ref, _ = resample_ref(v, t, x, offsets=off, index=idx)
     values = cropped(torch.from_numpy(v).to(dev))  # robocache asks torch for a contiguous copy
     T, X, O, I = (torch.from_numpy(a).to(dev) for a in (t, x, off, idx))
+    call = {"resample-copy": lambda: robocache.resample(values, T, X, offsets=O, index=I, stream=s),
+            "fuse-copy": lambda: robocache.fuse([(values, T, O)], X, index=I, stream=s)}[op]
+    call()                                         # warm-up: module load
     torch.cuda.synchronize()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-    if op == "resample-copy":
-        out = robocache.resample(values, T, X, offsets=O, index=I, stream=s)
-    else:
-        out = robocache.fuse([(values, T, O)], X, index=I, stream=s)
-    junk = [torch.full((v.shape[0], v.shape[1]), -7.0, device=dev) for _ in range(4)]  # current stream
+    with hold(s, let_go_after=2):                  # should the call wait on the host for s, s opens by itself
+        out = call()
+        junk = [torch.full((v.shape[0], v.shape[1]), -7.0, device=dev) for _ in range(4)]  # current stream
     torch.cuda.synchronize()
     got = out.cpu().numpy().reshape(ref.shape)
     assert np.array_equal(got, ref), (f"{op}: the kernel on stream= read a temporary that the current stream "

@@ -23,6 +23,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from pairs import paired  # noqa: E402
 from lerobot_forge import TASKS, convert_v21_to_v30, write_lerobot  # noqa: E402
 from robocache.loader import DataLoader, IDENTITY, Window  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
@@ -72,7 +73,7 @@ def batches(ds, n=4):
 
 def assert_batches_equal(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         assert set(x) == set(y)
         for k in x:
             if isinstance(x[k], torch.Tensor):
@@ -262,8 +263,9 @@ def test_cr5_v30_frames_equal_pyav(cr5_v30):
     meta = pa.concat_tables([pq.read_table(p) for p in sorted((cr5_v30 / "meta/episodes").glob("**/*.parquet"))])
     meta = meta.to_pydict()
     ds = load(cr5_v30, frames="host")
-    assert len(ds) == 14 and ds.num_frames == 3391
-    for e in range(14):
+    # the episodes and frames the set's own metadata lists (not counts copied from a load)
+    assert len(ds) == len(meta["episode_index"]) > 0 and ds.num_frames == sum(meta["length"])
+    for e in range(len(ds)):
         want, wt = _span_reference(cr5_v30, meta, e)
         got, gt = frames(ds, e)
         assert np.array_equal(got, want), e

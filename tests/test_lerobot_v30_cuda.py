@@ -12,6 +12,7 @@ av = pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from pairs import paired  # noqa: E402
 from lerobot_forge import convert_v21_to_v30  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 
@@ -54,7 +55,7 @@ def test_v30_tiers_on_the_gpu_equal_the_cpu(v30, tier):
     a = cpu.streams[CAM].frames[:].numpy()
     b = gpu.streams[CAM].frames[:].cpu().numpy()
     assert np.array_equal(a, b)
-    for x, y in zip(batches(cpu), batches(gpu)):
+    for x, y in paired(batches(cpu), batches(gpu)):
         assert set(x) == set(y)
         for k in x:
             assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], k
@@ -79,7 +80,7 @@ def test_lerobot_batches_on_the_gpu_equal_the_cpus_in_every_tier(v30):
     want = lerobot_batches(load(v30, device="cpu", frames="host"))
     for tier in ("device", "host", "disk"):
         got = lerobot_batches(load(v30, device="cuda", frames=tier))
-        for x, y in zip(want, got):
+        for x, y in paired(want, got):
             assert set(x) == set(y)
             for k in x:
                 assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k], (tier, k)

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
+from pairs import paired  # noqa: E402
 
 TOL = 1e-4
 
@@ -122,6 +123,38 @@ def test_windows_equal_reference_synthetic(synth):
         "actions_lin": ref_for(synth, "actions", [0.0, 0.011], "linear"),
         "prev": ref_for(synth, "joints", [0.004], "previous"),
     })
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_each_epoch_is_a_permutation_of_the_dataset_frames(synth, drop_last):
+    """The order from first principles (check_loader above takes it from the loader): the anchor's
+    frames, counted from the dataset's own episodes (not the loader's tables), each come exactly once
+    an epoch, at their own time and with their own values; with drop_last, N // B * B distinct frames.
+    Each epoch is shuffled anew. A regression that drops or repeats samples fails here."""
+    B = 7
+    times = [host_episode(synth, "joints", e) for e in range(len(synth))]
+    frames = {(e, i) for e, (t, _) in enumerate(times) for i in range(len(t))}
+    n = len(frames) // B * B if drop_last else len(frames)
+    loader = DataLoader(synth, B, shuffle=True, seed=3, drop_last=drop_last, identity=True,
+                        windows={"j": Window("joints")})
+    assert len(loader) == (n // B if drop_last else -(-n // B))
+    epochs = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        got = []
+        for b in loader:
+            assert len(b["j"]) == B or not drop_last
+            for e, i, ts, v in zip(b["episode_index"].tolist(), b["frame_index"].tolist(), b["timestamp"].tolist(),
+                                   b["j"].numpy()):
+                t, vals = times[e]
+                assert ts == t[i], f"episode {e} frame {i}: timestamp {ts}, the frame's time is {t[i]}"
+                np.testing.assert_allclose(v[0], vals[i], rtol=1e-6, atol=1e-6, err_msg=f"episode {e} frame {i}")
+                got.append((e, i))
+        assert len(got) == n, f"epoch {epoch}: {len(got)} samples, the dataset has {len(frames)} frames"
+        assert len(set(got)) == n, f"epoch {epoch}: {n - len(set(got))} samples repeated"
+        assert set(got) <= frames and (drop_last or set(got) == frames)
+        epochs.append(got)
+    assert epochs[0] != epochs[1], "both epochs in the same order: set_epoch did not reshuffle"
 
 
 def test_fused_key_equals_per_stream_reference(synth):
@@ -262,7 +295,7 @@ def batches(loader, n=None):
 
 def assert_same(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         assert x.keys() == y.keys()
         for k in x:
             torch.testing.assert_close(x[k], y[k], rtol=0, atol=0)

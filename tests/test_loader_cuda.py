@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from pairs import paired  # noqa: E402
+from gpu_gate import hold  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
 from test_loader import EpochSampler, make_episodes  # noqa: E402
 
@@ -38,7 +40,7 @@ def test_cuda_batches_equal_cpu(pair, rate):
     a = DataLoader(cpu, 9, shuffle=True, seed=4, windows=windows(), rate=rate)
     b = DataLoader(gpu, 9, shuffle=True, seed=4, windows=windows(), rate=rate)
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         assert x.keys() == y.keys()
         for k in x:
             assert y[k].device.type == "cuda", k
@@ -81,7 +83,7 @@ def test_side_stream_ordering(pair, sleep_cycles):
             del batch
     torch.cuda.synchronize()
     assert len(got) == len(want)
-    for x, y in zip(want, got):
+    for x, y in paired(want, got):
         for k in x:
             tol = 0 if k.endswith(("_is_pad", "_dim_mask")) or k in ("frames", "joints") else 1e-5
             torch.testing.assert_close(y[k].cpu(), x[k], rtol=tol, atol=tol, msg=k)
@@ -98,7 +100,7 @@ def test_cuda_resume_equals_straight(pair):
     resumed.load_state_dict(run.state_dict())
     got += [b["state"].clone() for b in resumed]
     assert len(got) == len(straight)
-    for x, y in zip(got, straight):
+    for x, y in paired(got, straight):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
     # the order is drawn on the host: the same on every device
     np.testing.assert_array_equal(mk().order(0).cpu().numpy(),
@@ -126,7 +128,7 @@ def test_cuda_point_cloud_windows_equal_cpu(cloud_pair):
     cpu, gpu = cloud_pair
     a = DataLoader(cpu, 11, shuffle=True, seed=2, windows=cloud_windows())
     b = DataLoader(gpu, 11, shuffle=True, seed=2, windows=cloud_windows())
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         for k in x:
             assert y[k].device.type == "cuda", k
             # deterministic voxelize: CPU == GPU bit for bit, mean included
@@ -156,9 +158,9 @@ def test_cuda_shards_equal_cpu_shards(pair):
         b = DataLoader(cpu, 8, device="cuda", shard_episodes=True, **{**kw, "seed": 4})
         c = DataLoader(cpu, 8, shard_episodes=True, **{**kw, "seed": 4})
         assert b.dataset.device.type == "cuda" and len(b.dataset) < len(cpu)
-        for x, y in zip(a, DataLoader(gpu, 8, **kw)):
+        for x, y in paired(a, DataLoader(gpu, 8, **kw)):
             assert torch.equal(x["joints"], y["joints"].cpu())
-        for x, y in zip(c, b):
+        for x, y in paired(c, b):
             assert torch.equal(x["joints"], y["joints"].cpu())
 
 
@@ -215,7 +217,7 @@ def test_graph_kept_batches_are_never_overwritten(pair):
     want = [b for _ in range(2) for b in e]
     torch.cuda.synchronize()
     assert len(got) == len(want) and len(g) > 2 * len(g._batches.graph.slots)
-    for x, y in zip(got, want):
+    for x, y in paired(got, want):
         same_batch(x, y)
     assert 0 < sum(from_slot(g, b) for b in got) <= len(g._batches.graph.slots)
 
@@ -237,7 +239,7 @@ def test_graph_views_and_in_place_writes(pair):
             x.fill_(1) if x.dtype == torch.bool else x.fill_(-7)
     again = list(g)                                   # the next epoch, from the same slots
     e.set_epoch(1)
-    for x, y in zip(again, e):
+    for x, y in paired(again, e):
         same_batch(x, y, strides=False)
     torch.cuda.synchronize()
     assert torch.equal(kept["view"], torch.full_like(kept["view"], -7))   # its own write, no replay's
@@ -256,9 +258,10 @@ def test_graph_point_clouds_equal_eager(cloud_pair):
     assert replayed >= len(g)
 
 
-def test_graph_replay_waits_for_the_consumer(pair, sleep_cycles):
+def test_graph_replay_waits_for_the_consumer(pair):
     """A dropped batch's slot is rewritten only after the consumer's queued work on it has run:
-    the consumer stuck behind a sleep reads batch 0 after four more batches were replayed."""
+    the consumer held at a gate (tests/gpu_gate.py) reads batch 0 after four more batches were
+    replayed."""
     _, gpu = pair
     g = DataLoader(gpu, 4, shuffle=True, seed=9, windows=graph_windows())
     e = DataLoader(gpu, 4, shuffle=True, seed=9, windows=graph_windows(), cuda_graph=False)
@@ -268,10 +271,11 @@ def test_graph_replay_waits_for_the_consumer(pair, sleep_cycles):
     it = iter(g)
     b = next(it)
     assert from_slot(g, b)
-    torch.cuda._sleep(sleep_cycles)                   # the consumer busy
-    late = {k: x.clone() for k, x in b.items()}       # queued behind the sleep
-    del b
-    rest = [next(it) for _ in range(2 * len(g._batches.graph.slots))]   # every slot rewritten meanwhile
+    with hold() as gate:                              # the consumer busy
+        late = {k: x.clone() for k, x in b.items()}   # queued behind the gate
+        del b
+        rest = [next(it) for _ in range(2 * len(g._batches.graph.slots))]   # every slot rewritten meanwhile
+        assert gate.pending(), "the loader waited on the host for the consumer: the test tested nothing"
     same_batch(late, want[0], strides=False)
     for i, x in enumerate(rest, start=1):
         same_batch(x, want[i], strides=False)
@@ -286,7 +290,7 @@ def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
         got = list(g)
     assert len(got) > 3 and len([w for w in caught if w.category is RuntimeWarning]) == 1   # tried once
     assert g._batches.graph is None and not g.cuda_graph
-    for x, y in zip(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
+    for x, y in paired(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
 
 
@@ -308,7 +312,7 @@ def test_graph_capture_oom_empties_the_cache_once_and_retries(pair, monkeypatch)
         warnings.simplefilter("error", RuntimeWarning)
         got = list(g)
     assert len(calls) == 2 and len(emptied) == 1 and g._batches.graph is not None and g.cuda_graph
-    for x, y in zip(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
+    for x, y in paired(got, DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows(), cuda_graph=False)):
         same_batch(x, y)
 
 
@@ -328,7 +332,7 @@ def test_a_loader_per_epoch_under_a_memory_cap(pair):
                 g = DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows())
                 got = list(g)
                 assert g._batches.graph is not None
-        for x, y in zip(got, want):
+        for x, y in paired(got, want):
             same_batch(x, y)
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
@@ -362,7 +366,7 @@ def test_graph_interrupted_iterators_and_resume(pair):
     assert loader._batches.graph is not None
     nxt = next(second)
     del it                                           # frees the graph for the next iterator
-    for x, y in zip(first, want[:4]):
+    for x, y in paired(first, want[:4]):
         assert all(torch.equal(x[k], y[k]) for k in x)
     e1 = mk(cuda_graph=False)
     e1.set_epoch(1)
@@ -378,7 +382,7 @@ def test_graph_interrupted_iterators_and_resume(pair):
     resumed.load_state_dict(state)
     rest = list(resumed)
     assert len(rest) == len(want1) - 7
-    for x, y in zip(rest, want1[7:]):
+    for x, y in paired(rest, want1[7:]):
         assert all(torch.equal(x[k], y[k]) for k in x)
 
 
@@ -402,24 +406,37 @@ def test_graph_sampler_length_changes(pair):
         e.set_epoch(epoch)
         got, want = list(g), list(e)
         assert len(got) == len(want) == -(-(n - 3 * epoch) // 4)
-        for x, y in zip(got, want):
+        for x, y in paired(got, want):
             assert all(torch.equal(x[k], y[k]) for k in x)
 
 
-def test_graph_teardown_waits_for_queued_replays(pair, sleep_cycles):
+def test_graph_teardown_waits_for_queued_replays(pair, monkeypatch):
     """A loader dropped with replays still queued (prefetched, never taken) waits for them
-    before the graph's memory pool goes back to the allocator (for any stream to reuse)."""
+    before the graph's memory pool goes back to the allocator (for any stream to reuse). The
+    consumer is held at a gate (tests/gpu_gate.py) so the replays stay queued; the teardown's host
+    wait on the replays' stream is what opens it (a teardown that does not wait leaves it shut)."""
     import gc
     _, gpu = pair
     loader = DataLoader(gpu, 8, shuffle=True, seed=1, windows=graph_windows())
     for _ in loader:                   # capture
         pass
     torch.cuda.synchronize()
-    torch.cuda._sleep(sleep_cycles)    # the consumer busy: the next replays queue behind it
-    it = iter(loader)
-    batch = next(it)                   # batch 0 handed over, batch 1 queued
     side = loader._batches.side
-    assert not side.query(), "the replays should still be queued behind the sleep"
-    del batch, it, loader
-    gc.collect()
-    assert side.query(), "the graph was freed while its replays were still queued"
+    waited = []
+    real_sync = torch.cuda.Stream.synchronize
+
+    def sync(stream):                  # a host wait on a stream: record which, open the gate, wait
+        waited.append(stream)
+        gate.release()
+        return real_sync(stream)
+
+    with hold() as gate:               # the consumer busy: the next replays queue behind it
+        it = iter(loader)
+        batch = next(it)               # batch 0 handed over, batch 1 queued
+        assert not side.query(), "the replays should still be queued behind the gate"
+        monkeypatch.setattr(torch.cuda.Stream, "synchronize", sync)
+        del batch, it, loader
+        gc.collect()
+        monkeypatch.undo()
+        assert side in waited, "the graph was freed without waiting for its queued replays"
+        assert side.query(), "the graph was freed while its replays were still queued"

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
+from pairs import paired  # noqa: E402
 from reference import voxelize_ref  # noqa: E402
 from test_loader import host_episode, ref_window  # noqa: E402
 
@@ -172,7 +173,7 @@ def test_torch_reference_gives_the_same_batches(clouds, num_workers):
     ours.set_epoch(2)
     theirs = make_torch_loader(clouds, w, 13, seed=6, epoch=2, num_workers=num_workers)
     n = 0
-    for a, b in zip(ours, theirs):
+    for a, b in paired(ours, theirs):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from conftest import Case, make_targets, make_times, make_values, place_targets  # noqa: E402
+from gpu_gate import hold  # noqa: E402
 from reference import (ALL_DTYPES, TIME_DTYPES, assert_close, assert_equal, modes_for,  # noqa: E402
                        poisoned, resample_ref, to_numpy)
 
@@ -249,19 +250,17 @@ def test_check_none_bad_times_stay_in_bounds(what, rng):
 
 
 @pytest.mark.parametrize("form", ["dense", "dense-lengths", "ragged"])
-def test_check_none_does_not_sync(form, make_case, sleep_cycles):
+def test_check_none_does_not_sync(form, make_case):
     """Also with lengths and offsets, where reading them on the host would be a sync."""
     case = make_case(form.split("-")[0], "float32", "float64", "linear", B=64, T=32, lengths=form == "dense-lengths")
     a = case.inputs("torch", "cuda")
     v, t, x, kw = a["values"], a["times"], a["new_times"], case.kwargs(a)
     robocache.resample(v, t, x, **kw)  # warm-up: module load, first launch
     torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    torch.cuda._sleep(sleep_cycles)
-    out = robocache.resample(v, t, x, **kw)
-    busy = not stream.query()
+    with hold() as gate:  # a host sync in the call would wait for the gate: the block fails saying so
+        out = robocache.resample(v, t, x, **kw)
+        assert gate.pending(), "resample(check=None) waited for the GPU: a host sync on the hot path"
     torch.cuda.synchronize()
-    assert busy, "resample(check=None) waited for the GPU: a host sync on the hot path"
     assert_equal(out, case.reference()[0], msg=case.msg)
 
 
@@ -279,35 +278,31 @@ def stream_setup(make_case):
     return case, fresh, v, a["times"], a["new_times"]
 
 
-def test_runs_on_current_stream(make_case, sleep_cycles):
+def test_runs_on_current_stream(make_case):
     case, fresh, v, t, x = stream_setup(make_case)
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        v.copy_(fresh)  # lands on s only after the sleep
-        out = robocache.resample(v, t, x, mode="previous")
-    default_idle = torch.cuda.default_stream().query()
-    s_busy = not s.query()
+    with hold(s) as gate:
+        with torch.cuda.stream(s):
+            v.copy_(fresh)  # lands on s only once the gate opens
+            out = robocache.resample(v, t, x, mode="previous")
+        assert gate.pending(), "stream s had passed the gate when resample returned: resample synchronized with it"
+        assert torch.cuda.default_stream().query(), "resample put work on (or made wait) the default stream"
     s.synchronize()
-    assert s_busy, "stream s had finished when resample returned: resample synchronized with it"
-    assert default_idle, "resample put work on (or made wait) the default stream"
     assert_equal(out, case.reference()[0], msg="kernel not ordered after the writes on the current stream")
 
 
 @pytest.mark.parametrize("handle", ["stream", "int"])
-def test_runs_on_explicit_stream(handle, make_case, sleep_cycles):
+def test_runs_on_explicit_stream(handle, make_case):
     case, fresh, v, t, x = stream_setup(make_case)
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        v.copy_(fresh)
-    assert torch.cuda.current_stream() == torch.cuda.default_stream()
-    out = robocache.resample(v, t, x, mode="previous", stream=s if handle == "stream" else s.cuda_stream)
-    default_idle = torch.cuda.default_stream().query()
-    s_busy = not s.query()
+    with hold(s) as gate:
+        with torch.cuda.stream(s):
+            v.copy_(fresh)  # lands on s only once the gate opens
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        out = robocache.resample(v, t, x, mode="previous", stream=s if handle == "stream" else s.cuda_stream)
+        assert gate.pending(), "stream s had passed the gate when resample returned: resample synchronized with it"
+        assert torch.cuda.default_stream().query(), "resample(stream=s) put work on (or made wait) the default stream"
     s.synchronize()
-    assert s_busy, "stream s had finished when resample returned: resample synchronized with it"
-    assert default_idle, "resample(stream=s) put work on (or made wait) the default stream"
     assert_equal(out, case.reference()[0], msg="kernel not ordered after the writes on stream=s")
 
 
@@ -410,10 +405,8 @@ def test_outputs_come_from_torch_allocator_and_are_freed(make_case):
     before = [sys.getrefcount(x) for x in args]
     for _ in range(2000):
         robocache.resample(*args, return_mask=True, **kw)
-        try:
+        with pytest.raises(ValueError, match="mode"):
             robocache.resample(*args, **{**kw, "mode": "cubic"})
-        except ValueError:
-            pass
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == m0, "GPU memory still held after the outputs were dropped"
     assert [sys.getrefcount(x) for x in args] == before

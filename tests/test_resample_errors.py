@@ -270,30 +270,18 @@ def test_out_left_untouched_by_argument_errors(rng):
     assert buf.tobytes() == before
 
 
-def test_ragged_content_check_scans_each_episode_once(rng):
-    """The CPU content check scans an episode's times once per call, not once per row that
-    reads it: 2000 rows of one 400k-sample episode cost about what 2 rows do (it was 2000x,
-    0.7 s a call). The verdict is unchanged: a bad episode is still reported at the first row
-    that reads it, however many rows read it."""
-    import time
-
+def test_ragged_content_check_reports_the_first_row_that_reads_a_bad_episode(rng):
+    """The CPU content check scans an episode's times once per call, not once per row that reads
+    it (what that costs is benchmarks/bench_resample_check.py's to show: a timing is no test's
+    claim). The verdict is unchanged: a bad episode is still reported at the first row that reads
+    it, however many rows read it, and the rows of good episodes come out right."""
     N = 400_000
     t = np.sort(rng.uniform(0, 100, N))
     v = rng.standard_normal((N, 2)).astype(np.float32)
-    off = np.array([0, N], np.int64)
-
-    def cost(B):
-        idx, x = np.zeros(B, np.int64), rng.uniform(0, 100, (B, 1))
-        robocache.resample(v, t, x, offsets=off, index=idx)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            robocache.resample(v, t, x, offsets=off, index=idx)
-            best = min(best, time.perf_counter() - t0)
-        return best
-
-    few, many = cost(2), cost(2000)
-    assert many < 20 * few + 0.005, f"2000 rows took {many * 1e3:.1f} ms, 2 rows {few * 1e3:.2f} ms"
+    idx, x = np.zeros(2000, np.int64), rng.uniform(0, 100, (2000, 1))
+    out = robocache.resample(v, t, x, offsets=np.array([0, N], np.int64), index=idx)
+    np.testing.assert_allclose(out, resample_ref(v, t, x, offsets=np.array([0, N], np.int64), index=idx)[0],
+                               rtol=1e-6, atol=1e-6)
 
     bad = t.copy()
     bad[[1000, 1001]] = bad[[1001, 1000]]

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("rosbags")
+from pairs import paired  # noqa: E402
 from conftest import sha256_tree  # noqa: E402
 import rosbag_forge as forge  # noqa: E402
 from robocache.readers import ReaderError, read_rosbag  # noqa: E402
@@ -601,6 +602,6 @@ def test_image_and_cloud_topics_on_the_gpu(bags):
                               voxel=dict(grid=(8, 8, 4), voxel_size=0.5, origin=(-2, -2, -1)))
     a = DataLoader(cpu, 4, shuffle=True, seed=1, rate=20, windows=windows)
     b = DataLoader(gpu, 4, shuffle=True, seed=1, rate=20, windows=windows)
-    for x, y in zip(a, b):
+    for x, y in paired(a, b):
         for k in x:
             assert torch.equal(x[k], y[k].cpu()), k

@@ -17,6 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pairs import paired  # noqa: E402
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_groot_style.py"
 
 
@@ -92,7 +94,7 @@ def test_padding_at_episode_ends(ex, groot):
     rc = ex.make_loader("robocache", ds, 256, 1, 0, video=False)
     tl = ex.make_loader("torch", ds, 256, 1, 0, video=False)
     pads = 0
-    for a, b in zip(rc, tl):
+    for a, b in paired(rc, tl):
         for key in a:
             assert torch.equal(a[key], b[key]), key
         p = a["action_is_pad"]

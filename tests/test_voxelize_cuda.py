@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from gpu_gate import hold  # noqa: E402
 from reference import assert_equal, poisoned, to_numpy, voxelize_ref  # noqa: E402
 from test_voxelize import (FEATURE_MODES, FLOATS, GRID, KITTI, MODES, ORIGIN, VOXEL, VoxCase, assert_voxels,  # noqa: E402,F401
                            in_dtype, kitti, make_features, make_points, make_vox)
@@ -537,25 +538,23 @@ def test_check_none_bad_offsets_stay_in_bounds(mode):
 
 @pytest.mark.parametrize("form,mode", [("dense", "occupancy"), ("dense-lengths", "count"), ("ragged", "mean"),
                                        ("ragged", "max")])
-def test_check_none_does_not_sync(form, mode, make_vox, sleep_cycles):
+def test_check_none_does_not_sync(form, mode, make_vox):
     case = make_vox(form.split("-")[0], "float32", mode, B=16, N=500, lengths=form == "dense-lengths")
     g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
     kw = case.kwargs(g, return_dropped=True)
     robocache.voxelize(g["points"], **kw)  # warm-up
     torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    torch.cuda._sleep(sleep_cycles)
-    out, dropped = robocache.voxelize(g["points"], **kw)
-    busy = not stream.query()
+    with hold() as gate:  # a host sync in the call would wait for the gate: the block fails saying so
+        out, dropped = robocache.voxelize(g["points"], **kw)
+        assert gate.pending(), "voxelize waited for the GPU: a host sync on the hot path"
     torch.cuda.synchronize()
-    assert busy, "voxelize waited for the GPU: a host sync on the hot path"
     ref, ref_dropped = case.reference()
     case.assert_matches(out, ref, out)
     assert_equal(dropped.cpu().reshape(-1), np.reshape(ref_dropped, -1))
 
 
 @pytest.mark.parametrize("mode", ["occupancy", "mean"])
-def test_runs_on_current_stream(mode, make_vox, sleep_cycles):
+def test_runs_on_current_stream(mode, make_vox):
     case = make_vox("ragged", "float32", mode, B=8, N=400)
     g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
     fresh = g["points"]
@@ -563,20 +562,18 @@ def test_runs_on_current_stream(mode, make_vox, sleep_cycles):
     robocache.voxelize(pts, **case.kwargs(g))  # warm-up
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        pts.copy_(fresh)  # lands on s only after the sleep
-        out = robocache.voxelize(pts, **case.kwargs(g))
-    default_idle = torch.cuda.default_stream().query()
-    s_busy = not s.query()
+    with hold(s) as gate:
+        with torch.cuda.stream(s):
+            pts.copy_(fresh)  # lands on s only once the gate opens
+            out = robocache.voxelize(pts, **case.kwargs(g))
+        assert gate.pending(), "stream s had passed the gate when voxelize returned: voxelize synchronized with it"
+        assert torch.cuda.default_stream().query(), "voxelize put work on (or made wait) the default stream"
     s.synchronize()
-    assert s_busy, "stream s had finished when voxelize returned: voxelize synchronized with it"
-    assert default_idle, "voxelize put work on (or made wait) the default stream"
     case.assert_matches(out, case.reference()[0], out)
 
 
 @pytest.mark.parametrize("handle", ["stream", "int"])
-def test_runs_on_explicit_stream(handle, make_vox, sleep_cycles):
+def test_runs_on_explicit_stream(handle, make_vox):
     case = make_vox("ragged", "float32", "count", B=8, N=400)
     g = {k: on(v, "cuda") for k, v in case.arrays("torch").items()}
     fresh = g["points"]
@@ -584,20 +581,18 @@ def test_runs_on_explicit_stream(handle, make_vox, sleep_cycles):
     robocache.voxelize(pts, **case.kwargs(g))
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-        pts.copy_(fresh)
-    out = robocache.voxelize(pts, **case.kwargs(g, stream=s if handle == "stream" else s.cuda_stream))
-    default_idle = torch.cuda.default_stream().query()
-    s_busy = not s.query()
+    with hold(s) as gate:
+        with torch.cuda.stream(s):
+            pts.copy_(fresh)  # lands on s only once the gate opens
+        out = robocache.voxelize(pts, **case.kwargs(g, stream=s if handle == "stream" else s.cuda_stream))
+        assert gate.pending(), "voxelize(stream=s) synchronized with s (occupancy/count need no workspace)"
+        assert torch.cuda.default_stream().query(), "voxelize(stream=s) put work on the default stream"
     s.synchronize()
-    assert s_busy, "voxelize(stream=s) synchronized with s (occupancy/count need no workspace)"
-    assert default_idle, "voxelize(stream=s) put work on the default stream"
     case.assert_matches(out, case.reference()[0], out)
 
 
 @pytest.mark.parametrize("which", ["mean", "big occupancy"])
-def test_explicit_other_stream_with_workspace_is_safe(which, rng, make_vox, sleep_cycles):
+def test_explicit_other_stream_with_workspace_is_safe(which, rng, make_vox):
     """sum/mean/max and big-grid occupancy (its L2 bitmap) borrow a workspace from torch's
     allocator, which orders its reuse on the current stream: on another stream= the call waits
     for its kernels (documented), so later allocations cannot overwrite it; on the current
@@ -611,19 +606,16 @@ def test_explicit_other_stream_with_workspace_is_safe(which, rng, make_vox, slee
     robocache.voxelize(g["points"], **case.kwargs(g))  # warm-up
     torch.cuda.synchronize()
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
-    out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
-    assert s.query(), "the workspace was released while stream s still used it"
-    junk = torch.full((1 << 22,), float("nan"), device="cuda")  # reuses freed blocks at once
-    del junk
-    case.assert_matches(out, ref, out)
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(sleep_cycles)
+    with hold(s, let_go_after=2) as gate:  # s opens only by itself: a call that waits for s returns after
         out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
-        busy = not s.query()
+        assert not gate.pending(), "the call returned with stream s still held: its workspace was released early"
+        junk = torch.full((1 << 22,), float("nan"), device="cuda")  # reuses freed blocks at once
+        del junk
+    case.assert_matches(out, ref, out)
+    with hold(s) as gate, torch.cuda.stream(s):
+        out = robocache.voxelize(g["points"], **case.kwargs(g, stream=s))
+        assert gate.pending(), "stream= equal to the current stream must not sync"
     s.synchronize()
-    assert busy, "stream= equal to the current stream must not sync"
     case.assert_matches(out, ref, out)
 
 
@@ -698,10 +690,8 @@ def test_outputs_and_workspace_come_from_torch_and_are_freed(make_vox):
     del out
     for _ in range(500):
         robocache.voxelize(g["points"], **kw, return_dropped=True)
-        try:
+        with pytest.raises(ValueError, match="mode"):
             robocache.voxelize(g["points"], **{**kw, "mode": "median"})
-        except ValueError:
-            pass
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == m0, "GPU memory (output or workspace) still held"
 

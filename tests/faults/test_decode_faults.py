@@ -47,6 +47,27 @@ def _children(pid: int) -> list[str]:
             out.append(stat.parent.name)
     return out
 
+def _running(pid: str) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+
+
+def _free(lock: Path) -> bool:
+    """Nobody holds a flock on ``lock`` (an exclusive one is granted at once, and given back)."""
+    import fcntl
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def test_decode_processes_hold_no_lock_of_the_cache(files, cache_env, monkeypatch, tmp_path):
     seen = tmp_path / "fds.txt"
     real = rc_decode.DECODERS["pyav"]
@@ -91,17 +112,18 @@ def test_a_stalled_decode_process_fails_the_ingest(files, monkeypatch):
     monkeypatch.setattr(rc_processes, "DECODE_PROCESSES", True)
     monkeypatch.setattr(rc_processes, "STALL_SECONDS", 3.0)
     monkeypatch.setitem(rc_decode.DECODERS, "pyav", stuck)
-    t0 = time.monotonic()
+    # the ingest returning at all, with the stall named, is the claim (no wall-clock bound on top: a
+    # stall the watchdog missed would hang here, not pass)
     with pytest.raises(ReaderError, match=r"episode_000008\.mp4: no frame decoded for 3 s; a decode process is "
                                           r"stopped or hung"):
         ingest_videos(files, tier="host", workers=2, cache=False)
-    assert time.monotonic() - t0 < 120
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_job_leaves_the_next_load_free(files, cache_env, sig, tmp_path):
     """The parent killed mid-ingest (SIGTERM from a scheduler, SIGKILL from the OOM killer): its decode
-    processes die with it and the next load of the same files runs, within a time limit."""
+    processes die with it, no lock of the cache is left held, and the next load of the same files runs
+    (decodes afresh) and leaves no temporary file."""
     if FORKS_DEADLOCK:
         pytest.skip(FORKS_DEADLOCK_WHY)
     script = tmp_path / "ingest.py"
@@ -132,11 +154,14 @@ def test_a_killed_job_leaves_the_next_load_free(files, cache_env, sig, tmp_path)
     time.sleep(1)
     p.send_signal(sig)
     p.wait(timeout=30)
-    time.sleep(1)
-    alive = [c for c in children if Path(f"/proc/{c}").exists()
-             and "Z" not in Path(f"/proc/{c}/stat").read_text().split()[2]]
+    alive, deadline = children, time.monotonic() + 30     # they die with it, once the kernel tells them
+    while alive and time.monotonic() < deadline:
+        alive = [c for c in alive if _running(c)]
+        time.sleep(0.1)
     assert not alive, f"decode processes outlived their parent: {alive}"
-    t0 = time.monotonic()
+    locks = list(Path(cache_env).glob("**/*.lock"))
+    held = [str(f) for f in locks if not _free(f)]
+    assert not held, f"the dead job's lock is still held: {held}"
     res = ingest_videos(files, tier="host", workers=2)
-    assert time.monotonic() - t0 < 60 and not res.from_cache
+    assert not res.from_cache
     assert not list(Path(cache_env).glob("**/*.tmp*"))     # the dead job's temporary file is gone

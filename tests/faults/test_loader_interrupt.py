@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
+from pairs import paired  # noqa: E402
 from test_loader import make_episodes  # noqa: E402
 
 EPOCHS = 2
@@ -65,7 +65,7 @@ def straight(ds):
 
 def assert_same(got, want, where=""):
     assert len(got) == len(want), f"{len(got)} batches, a straight run has {len(want)} {where}"
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(paired(got, want)):
         assert a.keys() == b.keys(), f"batch {i} keys {where}"
         for k in a:
             assert torch.equal(a[k], b[k]), f"batch {i} key {k!r} differs from the straight run {where}"
@@ -160,16 +160,24 @@ def test_interrupt_inside_the_loader(dataset, device, call):
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs POSIX signals")
 @pytest.mark.parametrize("device", DEVICES)
 def test_sigint_at_random_moments(dataset, device, rng):
-    """SIGINT from a timer thread (Ctrl-C as a terminal sends it) at 10 moments spread over a
-    two-epoch run: wherever it lands, the state agrees with what the consumer received and the
-    resumed run completes the straight one."""
+    """SIGINT (Ctrl-C as a terminal sends it) in 10 trials, each sent by another thread once the
+    consumer has received batch k (k spread over the two-epoch run): wherever it lands, the state
+    agrees with what the consumer received and the resumed run completes the straight one.
+
+    No timer: the sending thread waits for an event the consumer sets. In the even trials the
+    consumer then waits until the signal was sent, so it lands right there (after exactly k + 1
+    batches: ten distinct places, whatever the machine's pace); in the odd ones the consumer runs
+    on, so the signal lands wherever the main thread happens to be (inside the resample/fuse
+    kernels, the loader's Python, the loop body). Should the run end first, the consumer waits for
+    the signal after the loop, so every trial is interrupted."""
     ds = dataset(device)
     want = straight(ds)
     n = len(make(ds))
+    total = EPOCHS * n
     armed = [False]
 
     def on_sigint(signum, frame):
-        if armed[0]:  # one interrupt per trial; a late signal after the run is ignored
+        if armed[0]:  # one interrupt per trial
             armed[0] = False
             raise KeyboardInterrupt
 
@@ -179,64 +187,55 @@ def test_sigint_at_random_moments(dataset, device, rng):
             x = torch.tanh(x @ torch.ones(x.shape[-1], x.shape[-1], device=x.device) * 0.01)
         return x
 
-    # the duration of an uninterrupted run, to spread the interrupts over it: the shortest of three
-    # after a first that pays one-time costs (kernel loading, graph captures' first use), so a run
-    # slowed by a busy machine does not stretch it past the trials (CI once saw 3 of 10 land)
-    runs = []
-    for _ in range(4):
-        t0 = time.perf_counter()
-        loader = make(ds)
-        for _ in range(EPOCHS):
-            for b in loader:
-                step(b)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        runs.append(time.perf_counter() - t0)
-    duration = min(runs[1:])
-
+    stops = rng.permutation(np.linspace(0, total - 1, 10).round().astype(int))   # batch k of each trial
     old = signal.signal(signal.SIGINT, on_sigint)
     landed = []
     try:
-        # up to 30 trials until 10 interrupts landed: on a loaded machine the runs' pace changes between
-        # the timing above and the trials (CI saw 4 of 10 land), so a signal may come after the run ended
-        for trial in range(30):
-            if len(landed) >= 10:
-                break
-            frac = rng.uniform(0.02, 0.95)
+        for trial, k in enumerate(stops):
+            pinned = trial % 2 == 0
+            reached, sent = threading.Event(), threading.Event()
+
+            def sender():
+                reached.wait()
+                os.kill(os.getpid(), signal.SIGINT)
+                sent.set()
+
             loader, got = make(ds), []
             armed[0] = True
-            timer = threading.Timer(frac * duration, os.kill, args=(os.getpid(), signal.SIGINT))
+            th = threading.Thread(target=sender)
+            th.start()
             state = None
             try:
-                t0 = time.perf_counter()
-                timer.start()
                 for _ in range(EPOCHS):
                     for b in loader:
                         # record receipt first, in one C call: an interrupt cannot land between
                         # getting b and recording it (a host copy first could be interrupted
                         # halfway, losing a batch the loader rightly counted as handed over)
                         got.append(b)
+                        if len(got) == k + 1:
+                            reached.set()
+                            if pinned:
+                                sent.wait()
                         step(b)
                     if device == "cuda":
                         torch.cuda.synchronize()
+                sent.wait()   # the run ended before the signal landed: it lands here
             except KeyboardInterrupt:
                 state = loader.state_dict()
             finally:
+                reached.set()
+                th.join()
                 armed[0] = False
-                timer.cancel()
-                timer.join()
-            elapsed = time.perf_counter() - t0
             got = [host(b) for b in got]
-            if state is None:  # the run finished before the signal: nothing to resume
-                assert_same(got, want, f"(trial {trial}, not interrupted)")
-                duration = min(duration, elapsed)   # later signals spread over what a run takes now
-                continue
+            assert state is not None, f"trial {trial}: the signal sent after batch {k} never interrupted the run"
+            assert len(got) >= k + 1, f"trial {trial}: interrupted after {len(got)} batches, before batch {k} came"
+            if pinned:
+                assert len(got) == k + 1, f"trial {trial}: the signal sent at batch {k} landed after {len(got)}"
             landed.append(len(got))
             check_state(state, len(got), n)
             del loader
-            assert_same(resume(ds, state, got), want, f"(trial {trial}: SIGINT at {frac:.0%} of the run, "
-                                                      f"after {len(got)} batches)")
+            assert_same(resume(ds, state, got), want, f"(trial {trial}: SIGINT sent after batch {k}, "
+                                                      f"landed after {len(got)} batches)")
     finally:
         signal.signal(signal.SIGINT, old)
-    assert len(landed) >= 5, f"only {len(landed)} of 30 signals interrupted the run: {landed}"
-    assert len(set(landed)) >= 3, f"the interrupts landed at too few places: {landed}"
+    assert len(set(landed)) >= 5, f"the interrupts landed at too few places: {landed}"

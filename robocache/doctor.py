@@ -23,6 +23,7 @@ import html
 import json
 import os
 import sys
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,14 @@ class StreamCheck:
     zero_stamps: int = 0
     sim_time: bool = False
     bursty: bool = False             # messages come in bursts: rate_hz is the mean over the span
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control and format characters other than a newline (ESC sequences from a
+    file or topic name would recolour, retitle or rewrite the terminal; a bidi override reorders the line)
+    shown escaped, as Python writes them (``\\x1b``, ``\\u202e``)."""
+    return "".join(c if c == "\n" or unicodedata.category(c) not in ("Cc", "Cf") else
+                   ascii(c)[1:-1] for c in text)
 
 
 @dataclass
@@ -149,7 +158,7 @@ class Report:
         lines.append("")
         lines.append(f"{n_e} error{'s' * (n_e != 1)}, {n_w} warning{'s' * (n_w != 1)}, "
                      f"{len(self.findings) - n_e - n_w} notes" + ("" if n_e else " -- ok"))
-        return "\n".join(lines)
+        return printable("\n".join(lines))
 
     __str__ = table
 
@@ -512,7 +521,10 @@ def _generic(report: Report, read, gap, gap_factor, window) -> None:
 
 def _zarr_keys(report: Report, path):
     """Arrays to check: images (4-D) are left out, they would be decoded whole (PushT: 709 MB)."""
+    from .readers.zarr_store import check_store
+
     try:
+        check_store(path)   # zarr 2 unpickles a fill value as it opens an array: check first
         import zarr
         store: Any = zarr.open(os.fspath(path), mode="r")   # a Group (zarr 2 and 3 type it differently)
         data = store["data"]
@@ -601,10 +613,10 @@ def main(argv=None, *, out=None) -> int:
     try:
         report = diagnose(src, gap=args.gap, gap_factor=args.gap_factor, window=args.window, format=args.format)
     except (ValueError, FileNotFoundError) as e:
-        print(f"doctor: {e}", file=sys.stderr)
+        print(printable(f"doctor: {e}"), file=sys.stderr)
         return 2
     except Exception as e:  # a source that breaks the doctor itself: a message naming it, not a traceback
-        print(f"doctor: {src}: cannot check it: {type(e).__name__}: {e}", file=sys.stderr)
+        print(printable(f"doctor: {src}: cannot check it: {type(e).__name__}: {e}"), file=sys.stderr)
         return 2
     print(report.to_json(indent=2) if args.json else report.table(), file=out)
     return report.exit_code(strict=args.strict)

@@ -30,6 +30,16 @@ def _count(state: Mapping, key: str, default=None, least: int = 0) -> int:
     return int(v)
 
 
+def _setting(state: Mapping, key: str, mine):
+    """``state[key]``, a loader setting state_dict() saves as a plain value (an int, a bool, None): an
+    array or a list there would compare element-wise (NumPy's "truth value is ambiguous")."""
+    v = state[key]
+    if v is not None and not isinstance(v, (bool, int, float, str, np.generic)):
+        raise ValueError(f"load_state_dict: {key} must be a single value like this loader's {mine!r}, "
+                         f"got {type(v).__name__} {v!r}")
+    return v
+
+
 def _segments(state: Mapping) -> list:
     """``state["segments"]``: a list of ``[world_size, batch_size, batches]`` ints (world and batch
     size >= 1)."""
@@ -73,7 +83,7 @@ def resume_point(state: Mapping, loader, total: int) -> tuple[int, list, int]:
             raise ValueError(f"load_state_dict: state has no {k!r}; give what state_dict() returned")
     epoch, batch = _count(state, "epoch"), _count(state, "batch")
     for k in ("seed", "shuffle", "drop_last"):
-        if k in state and state[k] != getattr(loader, k):
+        if k in state and _setting(state, k, getattr(loader, k)) != getattr(loader, k):
             raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has "
                              f"{getattr(loader, k)!r}; resume would not reproduce the saved order")
     world = _count(state, "world_size", loader.world_size, least=1)
@@ -83,7 +93,7 @@ def resume_point(state: Mapping, loader, total: int) -> tuple[int, list, int]:
     # the samples of an epoch over all ranks (a state from before total_samples: this rank's, where
     # the sizes are the same)
     for k, mine in (("total_samples", total), ("num_samples", loader.num_samples)):
-        if k in state and state[k] != mine and (k == "total_samples" or same and "total_samples" not in state):
+        if k in state and _count(state, k) != mine and (k == "total_samples" or same and "total_samples" not in state):
             raise ValueError(f"load_state_dict: {k} was {state[k]!r} when saved, this loader has {mine!r}; "
                              f"resume would not reproduce the saved order")
     if not same or segments:

@@ -13,8 +13,8 @@ frame entries live in its ``frames/`` folder, three files each:
     <name>.lock       flock'ed by the process that builds or checks the entry (the locks, the listing,
                       clearing and the size cap: cache_folder.py)
 
-``name`` = a readable label + a hash of (absolute source paths, decode options, FORMAT_VERSION): one
-slot per stream and options. ``key`` = a hash of the same plus every source's size and mtime_ns,
+``name`` = a readable label + a hash of (real source paths, symlinks resolved; decode options;
+FORMAT_VERSION): one slot per stream and options, however the files are reached. ``key`` = a hash of the same plus every source's size and mtime_ns,
 recorded in the JSON: a source that changed gives another key, so the entry is stale and is rebuilt
 in the same slot (old versions never pile up). Files are written under temporary names and renamed
 only when complete, so a crash never leaves a valid-looking entry.
@@ -106,11 +106,11 @@ def check_owner(paths) -> None:
 
 
 def stat_sources(paths) -> list[dict]:
-    """[{path, size, mtime_ns}] of the source files (absolute paths)."""
+    """[{path, size, mtime_ns}] of the source files (real paths: see entry_name)."""
     out = []
     for p in paths:
         st = os.stat(p)
-        out.append({"path": os.path.abspath(p), "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)})
+        out.append({"path": os.path.realpath(p), "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)})
     return out
 
 
@@ -119,8 +119,11 @@ def _digest(obj) -> str:
 
 
 def entry_name(paths, options: dict, label: str = "") -> str:
-    """The slot of a stream: label + 16 hex digits of hash(absolute paths, options, FORMAT_VERSION)."""
-    h = _digest({"paths": [os.path.abspath(p) for p in paths], "options": options, "version": FORMAT_VERSION})
+    """The slot of a stream: label + 16 hex digits of hash(real paths, options, FORMAT_VERSION). Real
+    paths (symlinks resolved): a dataset reached through a link (the Hugging Face cache's snapshots link
+    every file to its blob) and through its own folder is one entry, not two. For a file reached without
+    a link the real path is the absolute path the entries of earlier versions hash, so they stay valid."""
+    h = _digest({"paths": [os.path.realpath(p) for p in paths], "options": options, "version": FORMAT_VERSION})
     # no dots: the name is everything before the first dot of the entry's file names
     label = re.sub(r"[^A-Za-z0-9_-]+", "_", label).strip("_-")[:48]
     return f"{label}-{h[:16]}" if label else h[:16]
@@ -368,9 +371,18 @@ def peek(entry: Entry, paths, options: dict) -> dict | None:
 
 
 def open_entry(paths, options: dict, label: str = "") -> Entry:
-    """The slot of these sources and options (checks ROBOCACHE_CACHE_MAX before anything is decoded)."""
+    """The slot of these sources and options (checks ROBOCACHE_CACHE_MAX before anything is decoded). The
+    label comes from the folder the caller named (a symlink's name, not its target's): an entry with the
+    same hash under another label is the same files and options, so it is the slot."""
     cache_max()
-    return Entry(entry_name(paths, options, label), frames_dir())
+    name, root = entry_name(paths, options, label), frames_dir()
+    if not (root / f"{name}.json").exists():
+        digest = name.rsplit("-", 1)[-1]
+        with contextlib.suppress(OSError):
+            same = sorted(p.name[:-len(".json")] for p in root.glob(f"*{digest}.json")
+                          if p.name[:-len(".json")].rsplit("-", 1)[-1] == digest)
+            name = same[0] if same else name
+    return Entry(name, root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -562,7 +574,7 @@ def main(argv=None) -> int:
         parser.error("clear: pass --all or names, not both")
     try:
         done = sweep(args.names, all=args.all)
-    except KeyError as e:
+    except (KeyError, ValueError) as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 1
     for gone in sorted(done.removed, key=lambda e: e["name"]):

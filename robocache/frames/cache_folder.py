@@ -312,6 +312,10 @@ def sweep(names=None, *, all: bool = False) -> Sweep:
     root = frames_dir()
     if not all and not names:
         raise ValueError("clear: pass entry names, or all=True")
+    # every name starts with "": an empty pattern (a shell variable that was not set) would clear it all
+    if not all and any(not isinstance(n, str) or not n.strip() for n in names):
+        raise ValueError(f"clear: entry names must not be empty (got {list(names)!r}); pass all=True (--all) to "
+                         f"remove every entry")
     entries = set(_files_by_entry(root))
     if all:
         chosen = entries

@@ -8,7 +8,8 @@ Budgets (bytes), unless given:
   ``MemAvailable``, the container's cgroup limit less its usage, and what ``RLIMIT_AS`` leaves) for
   pinned frames: pinned pages cannot be swapped or reclaimed, and the page cache, the DataLoader-free
   training process and other jobs need the rest.
-- disk: the free space of the cache directory, less 1 GB.
+- disk: the free space of the cache directory, less 1 GB; none when the directory is not a folder or
+  cannot be written (``disk_unusable``: the errors then say so, not that the disk is full).
 - address space, only under ``RLIMIT_AS``: 50% of what it leaves, shared by every tier but the GPU's
   (host buffers, and the disk and compressed tiers' maps of their cache files), the rest for the
   decoders' threads and the training process.
@@ -94,6 +95,23 @@ def disk_free(path) -> int:
     return int(shutil.disk_usage(path).free)
 
 
+def disk_unusable(path) -> str:
+    """Why the cache folder ``path`` cannot take the disk tier's files ("" when it can; made when missing):
+    a regular file (or one in its path), a folder that cannot be made, a read-only mount or a folder
+    this user cannot write. Free space alone hides these: a read-only mount still reports its free
+    bytes, a file in the way reports none."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        if os.path.exists(path) and not os.path.isdir(path):
+            return "is a file, not a folder"
+        return f"cannot be made ({e.strerror or e})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        ro = getattr(os, "ST_RDONLY", 0) and os.statvfs(path).f_flag & os.ST_RDONLY
+        return "is on a read-only file system" if ro else "is not writable by this user"
+    return ""
+
+
 @dataclass
 class Budgets:
     device: int
@@ -102,6 +120,7 @@ class Budgets:
     disk_dir: str = ""
     address: int | None = None   # bytes of address space the frames may map (RLIMIT_AS); None: no limit
     host_limit: str = ""         # the limit a default host budget is half of (robocache.memory), for messages
+    disk_why: str = ""           # why there is no disk budget (disk_unusable), for messages
 
 
 def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, other_device_bytes: int = 0) -> Budgets:
@@ -119,11 +138,12 @@ def budgets(device, *, device_memory=None, host_memory=None, disk_dir=None, othe
         int((limits[limit] if limits else memory.available_host_memory()) * HOST_SHARE)
     left = limits.get("RLIMIT_AS")
     root = os.fspath(disk_dir) if disk_dir is not None else os.fspath(cache_dir())
+    why = disk_unusable(root)
     try:
-        k = max(0, disk_free(root) - DISK_RESERVE)
-    except OSError:
-        k = 0
-    return Budgets(d, h, k, root, None if left is None else int(left * HOST_SHARE), limit)
+        k = 0 if why else max(0, disk_free(root) - DISK_RESERVE)
+    except OSError as e:
+        k, why = 0, f"cannot be read ({e.strerror or e})"
+    return Budgets(d, h, k, root, None if left is None else int(left * HOST_SHARE), limit, why)
 
 
 def _bytes_arg(name: str, value) -> int | None:
@@ -181,6 +201,11 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
                 out[need.name] = "cpu" if cpu and t in ("device", "host") else t
                 break
         else:
+            if want == "disk" and b.disk_why:   # no room is not the problem: say what is
+                from .cache import CacheError
+                raise CacheError(f"{hint}frames='disk' needs a cache folder it can write, and {b.disk_dir} "
+                                 f"{b.disk_why}; set ROBOCACHE_CACHE_DIR to a writable folder, or choose "
+                                 f"frames='host' or 'auto'")
             raise MemoryError(_no_fit(need, needs, want, left, b, cpu, hint))
     return out
 
@@ -193,7 +218,9 @@ def _no_fit(need: Need, needs, want, left, b: Budgets, cpu: bool, hint: str) -> 
              f"{need.frame_bytes} bytes; all image streams: {_gb(total)}), which does not fit "
              + ("in the tier asked for" if want != "auto" else "in any tier") + ".",
              f"  left: {where} {_gb(left['device'])}" + ("" if cpu else f" of a {_gb(b.device)} budget")
-             + f", host {_gb(left['host'])} of {_gb(b.host)}{host_of}, disk {_gb(left['disk'])} at {b.disk_dir}"
+             + f", host {_gb(left['host'])} of {_gb(b.host)}{host_of}, "
+             + (f"disk: none, the cache folder {b.disk_dir} {b.disk_why} (ROBOCACHE_CACHE_DIR sets another)"
+                if b.disk_why else f"disk {_gb(left['disk'])} at {b.disk_dir}")
              + ("" if b.address is None else f", address space {_gb(left['address'])} of {_gb(b.address)} "
                                              f"({HOST_SHARE:.0%} of what RLIMIT_AS leaves)")]
     ways = ["video_resize=(h, w) stores fewer bytes per frame",

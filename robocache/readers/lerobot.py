@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from ._common import Episodes, ReaderError, check_times, infer_kind, require
+from .lerobot_images import decode_image_column, is_depth_map
 from .lerobot_info import check_fps, check_info, check_template, inside, unlisted_videos
 from ..video import VideoSource
-from ..video.images import decode_images
 
 #: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
@@ -227,14 +227,6 @@ def _column_to_numpy(col, name: str, shape, where: str):
     return values
 
 
-def _decode_image_column(col, name, where):
-    """LeRobot image features stored in parquet (struct{bytes, path}) to uint8 [n, H, W, C]."""
-    try:
-        return decode_images([r["bytes"] for r in col.to_pylist()])
-    except ValueError as e:
-        raise ReaderError(f"{where}: cannot decode image column '{name}': {e}") from e
-
-
 # ----------------------------------------------------------------------------
 # the reader
 
@@ -260,7 +252,10 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     features = info.get("features") or {}
     if load_video:
         unlisted_videos(root, features, info_path)
-    chunks_size = int(info.get("chunks_size") or 1000)
+    chunks_size = 1000 if info.get("chunks_size") is None else info["chunks_size"]
+    if isinstance(chunks_size, bool) or not isinstance(chunks_size, int) or chunks_size < 1:
+        raise ReaderError(f"{info_path}: chunks_size is {chunks_size!r}; expected a positive integer (LeRobot "
+                          f"writes 1000: episodes per data/chunk-NNN folder)")
     workers = max_workers or min(16, os.cpu_count() or 1)
 
     # --- episode table: index, length, tasks, where its rows are
@@ -282,8 +277,13 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     for e in selected:
         t, f = rows[e]
         where = f"{f}, episode {e}"
-        if "timestamp" not in t.column_names:
-            raise ReaderError(f"{f}: no 'timestamp' column")
+        # a file of another tool (with a timestamp of its own) would fail the fps check instead
+        lerobot = [c for c in BOOKKEEPING if c in t.column_names]
+        if "timestamp" not in lerobot or lerobot == ["timestamp"]:
+            missing = [c for c in BOOKKEEPING if c not in lerobot]
+            foreign = f"; it has {t.column_names[:8]}: this does not look like a LeRobot data file"
+            raise ReaderError(f"{f}: no {', '.join(map(repr, missing))} column{'s' * (len(missing) > 1)}"
+                              + (foreign if len(lerobot) < 2 else ""))
         times = _column_to_numpy(t.column("timestamp"), "timestamp", None, where).astype(np.float64)
         check_times(times, where)
         all_times.append(times)
@@ -296,7 +296,8 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
                 continue
             feat = features.get(name, {})
             if feat.get("dtype") == "image":
-                values = _decode_image_column(t.column(name), name, where)
+                values = decode_image_column(t.column(name), name, feat, where)
+                kinds.setdefault(name, "image")   # whatever its size: infer_kind wants 8 x 8 at least
             else:
                 values = _column_to_numpy(t.column(name), name, feat.get("shape"), where)
             if values is None:
@@ -698,6 +699,13 @@ def _present(root: Path, info: dict, table: dict, selected: list, major: int, ch
     listed = [k for k, f in features.items() if f.get("dtype") == "video"] if load_video else []
     if listed and not info.get("video_path"):
         raise ReaderError(f"{root / 'meta' / 'info.json'}: video feature '{listed[0]}' but no 'video_path'")
+    depth = [k for k in listed if is_depth_map(features[k])]
+    if depth:
+        # LeRobot 0.6 encodes depth as 12-bit codes it dequantizes after decoding: read as colour frames they
+        # would be wrong values, not an error
+        raise ReaderError(f"{root / 'meta' / 'info.json'}: camera '{depth[0]}' is a depth-map video "
+                          f"(info.is_depth_map), which robocache does not decode; load the set with "
+                          f"load_video=False, or store the depth maps as image features (dtype 'image')")
 
     def vpath(e, k):
         return video_file(root, info, table, e, k, major, chunks_size)

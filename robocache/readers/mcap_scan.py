@@ -14,6 +14,12 @@ skipped by seeking), a chunk is inflated to at most the uncompressed size its he
 record or chunk may exceed ``MAX_RECORD_BYTES``. ``open`` counts the messages; ``messages``
 reads the file again and yields them chunk by chunk (each chunk's in log-time order), so nothing
 holds every message at once.
+
+Work stays O(records) and a damaged tail costs O(1): opcode 0 (the zeros of blocks a crash never wrote,
+or of a preallocated file) and the opcodes the spec reserves (0x10-0x7F) are no record, and a spec record
+shorter than its smallest form (4 bytes) is none either; each is reported as damage at its offset rather
+than skipped 9 bytes at a time (a 200 GiB sparse tail took minutes before). Private records (0x80-0xFF)
+are skipped by seeking, as the spec asks.
 """
 
 from __future__ import annotations
@@ -30,6 +36,19 @@ OP_SCHEMA, OP_CHANNEL, OP_MESSAGE, OP_CHUNK, OP_FOOTER, OP_DATA_END = 0x03, 0x04
 #: 1 MiB (rosbag2 768 KiB, the mcap CLI 4 MiB); one larger message makes a chunk its size, and 256 MiB
 #: holds a 4K RGB frame 30 times over. A record claiming more is reported as damage, not read.
 MAX_RECORD_BYTES = 256 << 20
+#: the smallest body of a spec record (0x01-0x0F): Data End's 4-byte CRC; every other one is longer
+MIN_SPEC_RECORD = 4
+
+
+def _not_a_record(op: int, n: int) -> str | None:
+    """Why a record header of opcode ``op`` and body length ``n`` cannot start a record (zero fill, garbage),
+    or None: opcode 0 and the reserved 0x10-0x7F, a spec record too short to hold its fields."""
+    if op == 0 or 0x10 <= op < 0x80:
+        what = "zero fill" if op == 0 and n == 0 else "garbage"
+        return f"opcode 0x{op:02x} is not an MCAP record (the bytes from here are {what})"
+    if op < 0x10 and n < MIN_SPEC_RECORD:
+        return f"record 0x{op:02x} of {n} bytes is shorter than any MCAP record ({MIN_SPEC_RECORD} bytes)"
+    return None
 
 
 class _Damaged(Exception):
@@ -126,6 +145,9 @@ class ScannedMcap:
             if len(head) < 9:
                 raise _Damaged(f"record header at offset {pos} is cut off ({len(head)} of 9 bytes)")
             op, n = head[0], struct.unpack_from("<Q", head, 1)[0]
+            bad = _not_a_record(op, n)
+            if bad:
+                raise _Damaged(f"{bad} at offset {pos}")
             if pos + 9 + n > self.size:
                 raise _Damaged(f"record 0x{op:02x} at offset {pos} is {n:,} bytes long but the file ends "
                                f"{self.size - pos - 9:,} bytes later")
@@ -155,6 +177,9 @@ class ScannedMcap:
             start = buf.pos
             op = buf.take(1)[0]
             n = buf.u64()
+            bad = _not_a_record(op, n)
+            if bad:
+                raise _Damaged(f"{bad} at offset {start} of a chunk")
             if buf.pos + n > buf.end:
                 raise _Damaged(f"record 0x{op:02x} at offset {start} of a chunk is {n:,} bytes long but the "
                                f"chunk ends {buf.end - buf.pos:,} bytes later")

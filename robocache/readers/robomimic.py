@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from ..user_warning import warn
 from ._common import Episodes, ReaderError, infer_kind, require, step_times
 
 DEFAULT_RATE = 20.0  # robosuite's default control_freq
@@ -24,15 +25,23 @@ def _demo_order(name: str):
 
 
 def env_rate(f) -> float | None:
-    """control_freq from data.attrs['env_args'] (robosuite env kwargs), None when absent."""
+    """control_freq from data.attrs['env_args'] (robosuite env kwargs), None when absent. An env_args that
+    is there but is not JSON, or whose control_freq is not a positive number, is warned about (naming the
+    file): the rate then falls back to DEFAULT_RATE, which silently changes every window's time step."""
     raw = f["data"].attrs.get("env_args") if "data" in f else None
     if raw is None:
         return None
     try:
         args = json.loads(raw if isinstance(raw, str) else bytes(raw).decode())
         hz = (args.get("env_kwargs") or {}).get("control_freq")
-        return float(hz) if hz else None
-    except (ValueError, TypeError, AttributeError):
+        if hz is None:
+            return None
+        if isinstance(hz, bool) or not float(hz) > 0:
+            raise ValueError(f"control_freq is {hz!r}")
+        return float(hz)
+    except (ValueError, TypeError, AttributeError, OverflowError) as e:
+        warn(f"{f.filename}: data.attrs['env_args'] is not robosuite's JSON env kwargs ({type(e).__name__}: "
+             f"{str(e)[:120]}); the rate is {DEFAULT_RATE:g} Hz unless rate= is given")
         return None
 
 

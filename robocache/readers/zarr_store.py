@@ -7,16 +7,26 @@ directly with numcodecs in threads: zarr 3 spends ~6 s on PushT's 709 MB image a
 the same decode takes ~1 s. Anything else goes through zarr. Dtypes are kept (PushT images are
 float32 0..255). Missing chunk files, which zarr would silently read as the fill value, are an
 error here.
+
+No code from a dataset runs: numcodecs' pickle codec unpickles whatever a chunk (or, for a structured
+dtype with object fields, the fill value in the metadata) holds, and zarr 2 decodes that fill value as
+soon as an array is opened. So before zarr opens anything, every array's metadata in the store (.zarray,
+.zmetadata, zarr.json and its consolidated metadata; directory or zip) is read as plain JSON and a store
+that names the pickle codec anywhere is refused (``check_store``), whatever zarr or numcodecs is
+installed and whatever NUMCODECS_ALLOW_UNSAFE_PICKLE_DECODE says.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..memory import available_host_memory
 from ._common import Episodes, ReaderError, infer_kind, progress, require, step_times
 
 
@@ -33,6 +43,140 @@ def _v2_meta(root, key):
         raise ReaderError(f"{p}: array '{key}' metadata must be a JSON object, got {type(meta).__name__}")
     _check_chunks(p, key, meta.get("shape"), meta.get("chunks"))
     return meta
+
+
+#: codec ids (v2 ``id``, v3 ``name``) whose decode unpickles the data: code from the dataset would run
+PICKLE_CODECS = ("pickle", "numcodecs.pickle")
+_META_NAMES = (".zarray", ".zmetadata", "zarr.json")
+
+
+def _names_pickle(meta: dict) -> bool:
+    """Whether an array's metadata holds a codec dict ({"id": ...} or {"name": ...}) of PICKLE_CODECS at
+    any depth (compressor, filters, object_codec, a v3 codec chain, a sharding codec's inner chain); its
+    user ``attributes`` (free JSON) are not codecs. Iterative: a deeply nested document must not stop the
+    check with a RecursionError."""
+    stack: list = [v for k, v in meta.items() if k != "attributes"]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            if any(isinstance(x.get(k), str) and x[k].lower() in PICKLE_CODECS for k in ("id", "name")):
+                return True
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return False
+
+
+def _pickled_arrays(name: str, doc, prefix: str) -> list[str]:
+    """Array names (under ``prefix``) that metadata file ``name`` declares with a pickle codec: the array
+    itself (.zarray, a v3 array's zarr.json) or those of consolidated metadata (.zmetadata: "<key>/.zarray"
+    items; a v3 group's ``consolidated_metadata``: array nodes)."""
+    if not isinstance(doc, dict):
+        return []
+    if name == ".zmetadata":
+        inner = doc.get("metadata")
+        arrays = {k.rsplit(".zarray", 1)[0].rstrip("/"): v for k, v in inner.items()
+                  if isinstance(k, str) and k.endswith(".zarray")} if isinstance(inner, dict) else {}
+    elif name == "zarr.json" and doc.get("node_type") == "group":
+        inner = doc.get("consolidated_metadata")
+        inner = inner.get("metadata") if isinstance(inner, dict) else None
+        arrays = {k: v for k, v in inner.items() if isinstance(v, dict) and v.get("node_type") == "array"} \
+            if isinstance(inner, dict) else {}
+    else:
+        arrays = {"": doc}
+    return [f"{prefix}{k}".rstrip("/") or "." for k, v in sorted(arrays.items())
+            if isinstance(v, dict) and _names_pickle(v)]
+
+
+def _metadata_docs(path: str):
+    """(file named in errors, its name, array prefix, parsed JSON) of every metadata file of a store; a
+    file that does not parse is left to zarr and _metadata_error (no codec of it can run)."""
+    if os.path.isdir(path):
+        for dirpath, dirnames, names in os.walk(path):
+            dirnames.sort()
+            rel = os.path.relpath(dirpath, path)
+            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            array = ".zarray" in names
+            for n in sorted(set(names) & set(_META_NAMES)):
+                p = os.path.join(dirpath, n)
+                try:
+                    with open(p, "rb") as f:
+                        doc = json.load(f)
+                except (OSError, ValueError, RecursionError):
+                    continue
+                array = array or isinstance(doc, dict) and doc.get("node_type") == "array"
+                yield p, n, prefix, doc
+            if array:
+                dirnames[:] = []   # an array's subfolders hold chunks only
+        return
+    try:
+        with zipfile.ZipFile(path) as z:
+            for member in sorted(z.namelist()):
+                head, _, n = member.rpartition("/")
+                if n in _META_NAMES:
+                    try:
+                        doc = json.loads(z.read(member))
+                    except (OSError, ValueError, RecursionError, zipfile.BadZipFile):
+                        continue
+                    yield f"{path}/{member}", n, f"{head}/" if head else "", doc
+    except (OSError, zipfile.BadZipFile):
+        return    # not a zip: zarr says what it is
+
+
+def check_store(path) -> None:
+    """The metadata of every array of the store at ``path``, read as plain JSON before zarr opens it:
+    ReaderError naming the metadata file, the array and the field when an array uses the pickle codec
+    (PICKLE_CODECS, see the module docstring), or (v2) has a dtype NumPy does not know or a compressor or
+    filter numcodecs does not have (zarr's own errors name no file)."""
+    path = os.fspath(path)
+    for where, name, prefix, doc in _metadata_docs(path):
+        bad = _pickled_arrays(name, doc, prefix)
+        if bad:
+            raise ReaderError(f"{where}: array '{bad[0]}' uses the pickle codec, which runs code stored in the "
+                              f"dataset when it is decoded; robocache does not read stores that hold one. Re-save "
+                              f"the array with a safe codec (numcodecs.VLenUTF8 for strings, numcodecs.JSON or "
+                              f"numcodecs.MsgPack for other objects) or as a numeric array")
+        if name == ".zarray" and isinstance(doc, dict):
+            _check_v2_fields(where, prefix.rstrip("/"), doc)
+
+
+def _np_dtype(dt) -> np.dtype:
+    """A v2 .zarray's dtype: a string, or for a structured dtype a JSON list of [name, type(, shape)]."""
+    return np.dtype(dt if isinstance(dt, str) else [tuple(f) for f in dt])
+
+
+def _check_v2_fields(where: str, key: str, meta: dict) -> None:
+    """ReaderError naming the field of a v2 array's metadata that NumPy or numcodecs cannot take."""
+    dt = meta.get("dtype")
+    try:
+        _np_dtype(dt)
+    except (TypeError, ValueError, SyntaxError):
+        raise ReaderError(f"{where}: array '{key}' has dtype {dt!r}, which is not a NumPy dtype "
+                          f"(e.g. '<f4', '|u1')") from None
+    numcodecs = require("numcodecs", "zarr", "from_zarr")
+    for field in ("compressor", "filters"):
+        codecs = meta.get(field)
+        for c in (codecs if isinstance(codecs, list) else [] if codecs is None else [codecs]):
+            try:
+                numcodecs.get_codec(dict(c))
+            except Exception as e:   # not a dict, no id, an unknown id, arguments the codec refuses
+                raise ReaderError(f"{where}: array '{key}' has {field} {c!r}, which numcodecs cannot make "
+                                  f"({type(e).__name__}: {e})") from None
+
+
+def _check_size(where: str, key: str, shape, dtype, steps: int | None = None) -> None:
+    """ReaderError naming the array's shape when it cannot be the array the reader is about to hold whole:
+    a data array whose steps differ from meta/episode_ends' (``steps``), or more bytes than this process
+    may take (a damaged shape of 10^12 would otherwise fail in NumPy's allocator, naming no file)."""
+    if steps is not None and shape and shape[0] != steps:
+        raise ReaderError(f"{where}: array '{key}' has shape {list(shape)}: {shape[0]} steps, "
+                          f"meta/episode_ends ends at {steps}")
+    nbytes = int(np.dtype(dtype).itemsize) * math.prod(int(v) for v in shape)
+    free = available_host_memory()
+    if nbytes > free:
+        raise ReaderError(f"{where}: array '{key}' has shape {list(shape)} of {np.dtype(dtype)}: "
+                          f"{nbytes / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB of memory this process "
+                          f"may take (a damaged shape{', or pass keys= to leave the array out' if steps else ''})")
 
 
 def _check_chunks(where, key, shape, chunks) -> None:
@@ -119,14 +263,16 @@ def _read_fast(root, key, meta, workers):
     return out
 
 
-def _read_zarr(group, key, path):
-    """Through zarr; on a decode failure, find the bad chunk (along time) to name it."""
+def _read_zarr(group, key, path, steps: int):
+    """Through zarr (``steps``: meta/episode_ends' last end); on a decode failure, find the bad chunk
+    (along time) to name it."""
     try:
         arr = group[key]
     except ValueError as e:
         raise _metadata_error(path, e) from e
     name = os.path.join(path, "data", key)
     _check_chunks(name, f"data/{key}", list(arr.shape), list(arr.chunks))
+    _check_size(name, f"data/{key}", arr.shape, arr.dtype, steps)
     try:
         return arr[...]
     except Exception as e:
@@ -148,6 +294,7 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
     if not os.path.exists(path):
         raise ReaderError(f"{path}: no such zarr store")
     local_dir = os.path.isdir(path)
+    check_store(path)
     try:
         if local_dir:
             root = zarr.open(path, mode="r")
@@ -166,6 +313,7 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
         raise _metadata_error(path, e) from e
     _check_chunks(os.path.join(path, "meta", "episode_ends"), "meta/episode_ends", list(ends_arr.shape),
                   list(ends_arr.chunks))
+    _check_size(os.path.join(path, "meta", "episode_ends"), "meta/episode_ends", ends_arr.shape, ends_arr.dtype)
     try:
         ends = np.asarray(ends_arr[...], dtype=np.int64)
     except Exception as e:
@@ -194,6 +342,9 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
     arrays = {}
     for key in progress(keys, total=len(keys), desc="reading zarr", enable=show_progress):
         meta = _v2_meta(path, f"data/{key}") if local_dir else None
+        if meta is not None:   # before the chunk files are listed: a shape of 10^12 lists 10^12 names
+            _check_size(os.path.join(path, "data", key, ".zarray"), f"data/{key}", meta["shape"],
+                        _np_dtype(meta["dtype"]), total)
         if fast and _fast_readable(meta):
             arrays[key] = _read_fast(path, f"data/{key}", meta, workers)
         else:
@@ -202,7 +353,7 @@ def read_zarr(path, *, rate: float = 10.0, keys=None, fast: bool = True, show_pr
                         meta["shape"][1:]) else []:
                     if not os.path.isfile(p):
                         raise ReaderError(f"{p}: chunk file of 'data/{key}' is missing")
-            arrays[key] = _read_zarr(data, key, path)
+            arrays[key] = _read_zarr(data, key, path, total)
         if arrays[key].shape[0] != total:
             raise ReaderError(f"{os.path.join(path, 'data', key)}: {arrays[key].shape[0]} steps, "
                               f"meta/episode_ends ends at {total}")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"lerobot": "lerobot.scripts.lerobot_train", "robocache": "robocache.lerobot_train"}
-LOG = re.compile(r"step:(\S+) .*?loss:([\d.]+) .*?updt_s:([\d.]+) .*?data_s:([\d.]+)")
+FIELD = re.compile(r"\b(step|loss|updt_s|data_s):([\d.]+)")     # LeRobot's log line (its field order varies)
 
 
 def policy_args(policy: str, smoke: bool) -> list[str]:
@@ -65,7 +65,11 @@ def run(loader: str, policy: str, data: Path, args, out: Path, logs: Path) -> di
     wall = time.perf_counter() - t
     log = r.stdout + r.stderr
     (logs / f"{loader}_{policy}.log").write_text(log)
-    rows = [(float(loss), float(u), float(d)) for _, loss, u, d in LOG.findall(log)]
+    rows = []
+    for line in log.splitlines():
+        f = dict(FIELD.findall(line))
+        if {"loss", "updt_s", "data_s"} <= f.keys():
+            rows.append((float(f["loss"]), float(f["updt_s"]), float(f["data_s"])))
     if r.returncode != 0 or not rows:
         print(f"{loader} {policy} failed (exit {r.returncode}):\n{log[-3000:]}", flush=True)
         return {"error": log[-3000:], "exit": r.returncode}
@@ -73,7 +77,8 @@ def run(loader: str, policy: str, data: Path, args, out: Path, logs: Path) -> di
     updt = sum(u for _, u, _ in kept) / len(kept)
     data = sum(d for _, _, d in kept) / len(kept)
     return {"updt_s": updt, "data_s": data, "steps_per_s": 1.0 / (updt + data), "data_share": data / (updt + data),
-            "loss_first": rows[0][0], "loss_last": rows[-1][0], "log_lines": len(rows), "wall_s": wall}
+            "loss_first": rows[0][0], "loss_last": rows[-1][0], "log_lines": len(rows), "wall_s": wall,
+            "first_interval_data_s": rows[0][2], "first_interval_updt_s": rows[0][1]}
 
 
 def main(argv=None) -> int:

@@ -1,12 +1,14 @@
 # mypy: disable-error-code="import-untyped,import-not-found"
 # (LeRobot and datasets ship no type information, and are optional: absent where robocache is checked)
-"""LeRobot's own training script (``lerobot-train``, LeRobot 0.4.x) fed by robocache.
+"""LeRobot's own training script (``lerobot-train``, LeRobot 0.4.x and 0.6.x) fed by robocache.
 
     python -m robocache.lerobot_train <the arguments of lerobot-train>
+    accelerate launch --multi_gpu --num_processes 2 -m robocache.lerobot_train <the same>   # a process per GPU
 
-runs ``lerobot.scripts.lerobot_train.train`` unchanged but for the two places where it builds its data:
-``make_dataset(cfg)`` loads the set with ``robocache.Dataset.from_lerobot`` (decoded once, onto the training
-device) instead of a ``LeRobotDataset``, and its ``torch.utils.data.DataLoader(dataset, ...)`` call gets a
+runs ``lerobot.scripts.lerobot_train`` unchanged but for the two places where it builds its data: its data
+call (``make_dataset(cfg)`` in 0.4, ``make_train_eval_datasets(cfg)`` in 0.6: robocache/lerobot_compat.py) loads
+the set with ``robocache.Dataset.from_lerobot`` (decoded once, onto the training device) instead of a
+``LeRobotDataset``, and its ``torch.utils.data.DataLoader(dataset, ...)`` calls get a
 ``robocache.DataLoader(..., delta_timestamps=...)``, whose batches are the ``default_collate`` of LeRobot's items
 (robocache/lerobot.py). Policy, processors, normalization, optimizer, accelerate, logging and checkpoints are
 LeRobot's. In a training script of one's own the same two swaps are two lines::
@@ -14,13 +16,14 @@ LeRobot's. In a training script of one's own the same two swaps are two lines::
     from robocache.lerobot_train import make_dataset, DataLoader   # LeRobot's make_dataset, torch's DataLoader
 
 ``dataset.meta`` is what LeRobot's policy factory and processors read: LeRobot's own ``LeRobotDatasetMetadata``
-for a v3.0 set; for a v2.x set (which LeRobot 0.4 no longer reads) the same fields made the way LeRobot 0.3
-made them (``info.json`` features and fps, statistics of ``episodes_stats.jsonl`` aggregated over every episode
+for a v3.0 set; for a v2.x set (which LeRobot 0.4 and 0.6 no longer read) the same fields made the way LeRobot
+0.3 made them (``info.json`` features and fps, statistics of ``episodes_stats.jsonl`` aggregated over every episode
 of the set by LeRobot's ``aggregate_stats``, or ``meta/stats.json``). See docs/loader.md, "Migrating".
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -28,13 +31,14 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
+from . import lerobot_compat as compat
 from ._util import current_gpu
 from .dataset import Dataset
 from .loader import DataLoader as RobocacheLoader
 from .readers.lerobot import lerobot_home, load_json, load_jsonl
 from .torch_keywords import WORKER_KEYWORDS
 
-__all__ = ["DataLoader", "TrainSet", "V2Meta", "feeding", "main", "make_dataset"]
+__all__ = ["DataLoader", "TrainSet", "V2Meta", "feeding", "main", "make_dataset", "make_train_eval_datasets"]
 
 TorchDataLoader = torch.utils.data.DataLoader
 
@@ -43,6 +47,10 @@ class TrainSet:
     """What ``make_dataset`` hands LeRobot's training in place of a ``LeRobotDataset``: the robocache
     ``dataset``, LeRobot's ``meta``, the ``delta_timestamps`` the policy asked for, and the fields the script
     logs (``num_frames``, ``num_episodes``, ``episodes``). ``DataLoader(train_set, ...)`` makes its batches."""
+
+    #: LeRobot 0.6's samplers map dataset-wide indices to rows of the loaded episodes with this; None keeps them
+    #: dataset-wide, which the loader maps itself (IndexSampler), whatever episodes are loaded
+    absolute_to_relative_idx = None
 
     def __init__(self, dataset: Dataset, meta, delta_timestamps: dict | None, *, episodes=None,
                  image_transforms=None, augment=None, tolerance_s: float = 1e-4, seed: int = 0):
@@ -78,46 +86,70 @@ class TrainSet:
         return f"TrainSet({self.dataset!r},\n  delta_timestamps={self.delta_timestamps})"
 
     def loader(self, batch_size: int = 1, shuffle: bool | None = None, sampler=None, *, drop_last: bool = False,
-               **torch_keywords) -> RobocacheLoader:
+               **torch_keywords) -> TrainLoader:
         """``torch.utils.data.DataLoader(self, ...)`` as robocache's: LeRobot's batches made on the dataset's
         device. A ``sampler`` yields LeRobot's dataset-wide ``index`` values (its ``EpisodeAwareSampler``):
-        they become robocache sample positions, and under ``torch.distributed`` each rank takes its share (as
-        accelerate gives each process its own batches). ``augment`` (LeRobot's ``ImageTransforms`` mapped onto
-        robocache.augment) runs inside the frame gather, a draw per sample and camera; ``image_transforms`` (the
-        fallback for transforms robocache lacks) run per sample on the device, as LeRobot runs them per item."""
+        they become robocache sample positions, and under ``torch.distributed`` each rank takes the batches
+        accelerate would give its process. ``shuffle`` is robocache's permutation of the loaded frames for
+        ``seed`` (each rank its share), not torch's ``RandomSampler`` order. ``augment`` (LeRobot's
+        ``ImageTransforms`` mapped onto robocache.augment) runs inside the frame gather, a draw per sample and
+        camera; ``image_transforms`` (the fallback for transforms robocache lacks) run per sample on the device,
+        as LeRobot runs them per item."""
         rank = world = None             # torch.distributed's, as robocache's loader takes them
         if sampler is not None:
-            sampler = IndexSampler(sampler, self.dataset)
+            sampler = IndexSampler(sampler, self.dataset, batch_size)
             rank, world = 0, 1          # the sampler gives this rank's share already
+        persistent = bool(torch_keywords.get("persistent_workers")) and bool(torch_keywords.get("num_workers"))
         # a collate_fn is robocache's kind: it gets the whole batch dict, after the image transforms
         collate = torch_keywords.pop("collate_fn", None)
         for k in WORKER_KEYWORDS:       # LeRobot's script sets them, not its user: no warning about them here
             torch_keywords.pop(k, None)
         if self.image_transforms is not None:
             collate = ImageTransformer(self.image_transforms, self.meta.camera_keys, then=collate)
-        return RobocacheLoader(self.dataset, batch_size, shuffle=bool(shuffle), drop_last=drop_last, seed=self.seed,
-                               sampler=sampler, collate_fn=collate, delta_timestamps=self.delta_timestamps,
-                               tolerance_s=self.tolerance_s, rank=rank, world_size=world,
-                               image_transforms=self.augment, **torch_keywords)
+        return TrainLoader(self.dataset, batch_size, shuffle=bool(shuffle), drop_last=drop_last, seed=self.seed,
+                           sampler=sampler, collate_fn=collate, delta_timestamps=self.delta_timestamps,
+                           tolerance_s=self.tolerance_s, rank=rank, world_size=world, image_transforms=self.augment,
+                           persistent=persistent, **torch_keywords)
+
+
+class TrainLoader(RobocacheLoader):
+    """robocache's loader drawing from torch's default generator where torch's ``DataLoader`` draws: one int64
+    at each ``iter()`` (its workers' base seed; with persistent workers, at the first only), before the
+    sampler's own draws. With the same sampler (LeRobot's ``EpisodeAwareSampler``), the training's later draws
+    (LeRobot 0.4's sampler permutations, dropout, noise) are then those of the same run fed by torch's loader."""
+
+    def __init__(self, *args, persistent: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.persistent = persistent
+        self.iterated = False
+
+    def __iter__(self) -> Iterator[dict]:
+        if not (self.persistent and self.iterated):
+            torch.empty((), dtype=torch.int64).random_()
+        self.iterated = True
+        return super().__iter__()
 
 
 class IndexSampler:
     """LeRobot's sampler of dataset-wide ``index`` values (``EpisodeAwareSampler``) as robocache sample
-    positions (the loaded episodes' frames in order), this rank's share of each pass: every
-    ``world_size``-th from ``rank``, the pass wrapped to a multiple of ``world_size`` as
-    ``DistributedSampler`` does."""
+    positions (the loaded episodes' frames in order), this rank's share of each pass as accelerate deals
+    a sampler's batches out to its processes (``BatchSamplerShard``, ``even_batches``): batches of
+    ``batch_size`` in turn, ``rank`` taking every ``world_size``-th from its own, the pass completed to
+    whole batches on every rank with samples from its start."""
 
     sampler: Any            # LeRobot's samplers: iterable, sized, maybe set_epoch
+    batch_size: int
     rank: int
     world_size: int
     position: np.ndarray    # [dataset-wide index] -> sample position, -1 where not loaded
 
-    def __init__(self, sampler: Iterable[int], dataset: Dataset):
+    def __init__(self, sampler: Iterable[int], dataset: Dataset, batch_size: int = 1):
         from .shard import distributed
 
         if dataset.meta is None or dataset.anchor is None:
             raise ValueError("sampler: dataset-wide indices need a LeRobot set (Dataset.from_lerobot)")
         self.sampler = sampler
+        self.batch_size = int(batch_size)
         self.rank, self.world_size = distributed(None, None)
         lengths = np.diff(dataset.streams[dataset.anchor].offsets.cpu().numpy())
         first = np.array([dataset.meta.first_index[int(e)] for e in dataset.episode_index], np.int64)
@@ -128,7 +160,9 @@ class IndexSampler:
             start += n
 
     def __len__(self) -> int:
-        return -(-len(self.sampler) // self.world_size)
+        if self.world_size == 1:
+            return len(self.sampler)
+        return -(-len(self.sampler) // (self.batch_size * self.world_size)) * self.batch_size
 
     def __iter__(self) -> Iterator[int]:
         idx = np.fromiter((int(i) for i in self.sampler), np.int64)
@@ -137,10 +171,12 @@ class IndexSampler:
         if (pos < 0).any():
             raise IndexError(f"sampler: dataset-wide indices {idx[pos < 0][:8].tolist()} are not frames of the "
                              "loaded episodes")
-        w = self.world_size
-        if pos.size % w:
-            pos = np.concatenate([pos, pos[: w - pos.size % w]])
-        return iter(pos[self.rank::w].tolist())
+        if self.world_size == 1:
+            return iter(pos.tolist())
+        b, w = self.batch_size, self.world_size
+        short = -pos.size % (b * w)
+        pos = np.concatenate([pos, np.resize(pos[: b * w], short)])     # accelerate's cycle through the start
+        return iter(pos.reshape(-1, w, b)[:, self.rank].ravel().tolist())
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.sampler, "set_epoch"):
@@ -252,14 +288,49 @@ def make_dataset(cfg) -> TrainSet:
     """LeRobot's ``make_dataset(cfg)`` (``lerobot.datasets.factory``) with robocache loading the set.
 
     The same reading of ``cfg``: ``delta_timestamps`` from the policy's delta indices
-    (``resolve_delta_timestamps``), ``cfg.dataset.episodes``, ``cfg.tolerance_s``, ImageNet statistics for the
-    cameras with ``use_imagenet_stats`` (the default), ``image_transforms`` when enabled (off by default).
-    The set is read from ``cfg.dataset.root``, else LeRobot's cache folder ``HF_LEROBOT_HOME / repo_id``
-    (:func:`~robocache.readers.lerobot.lerobot_home`, LeRobot's formula): a set
-    not there yet is an error saying how to download it. ``video_backend`` and ``revision`` do not apply
-    (robocache decodes the local files itself); ``streaming`` is refused."""
-    from lerobot.datasets.factory import IMAGENET_STATS, resolve_delta_timestamps
-    from lerobot.datasets.transforms import ImageTransforms
+    (``resolve_delta_timestamps``), ``cfg.dataset.episodes`` (LeRobot 0.6: less ``exclude_episodes``),
+    ``cfg.tolerance_s``, ImageNet statistics for the cameras with ``use_imagenet_stats`` (the default),
+    ``image_transforms`` when enabled (off by default). The set is read from ``cfg.dataset.root``, else
+    LeRobot's cache folder ``HF_LEROBOT_HOME / repo_id`` (:func:`~robocache.readers.lerobot.lerobot_home`,
+    LeRobot's formula): a set not there yet is an error saying how to download it. ``video_backend`` and
+    ``revision`` do not apply (robocache decodes the local files itself); ``streaming`` is refused."""
+    root, meta = lerobot_set(cfg)
+    return load(cfg, root, meta, compat.episode_indices(cfg, meta.total_episodes))
+
+
+def make_train_eval_datasets(cfg) -> tuple[TrainSet, TrainSet | None]:
+    """LeRobot 0.6's ``make_train_eval_datasets(cfg)`` (``lerobot.datasets.factory``) with robocache loading
+    the sets: ``(make_dataset(cfg), None)`` when ``cfg.dataset.eval_split`` is 0 (the default), else the
+    loaded episodes split as LeRobot splits them, per task (an episode's first task) the last
+    ``ceil(n * eval_split)`` held out, the held-out set without image transforms."""
+    import logging
+
+    root, meta = lerobot_set(cfg)
+    episodes = compat.episode_indices(cfg, meta.total_episodes)
+    split = cfg.dataset.eval_split
+    if split == 0.0:
+        return load(cfg, root, meta, episodes), None
+    tasks = meta.episodes["tasks"]
+    by_task: dict[str, list[int]] = {}
+    for e in range(meta.total_episodes) if episodes is None else episodes:
+        by_task.setdefault(tasks[e][0] if tasks[e] else "", []).append(e)
+    train, held = [], []
+    for group in by_task.values():
+        n = math.ceil(len(group) * split)
+        train += group[: len(group) - n]
+        held += group[len(group) - n:]
+    if not train:
+        raise ValueError(f"eval_split={split} leaves 0 training episodes from {sum(map(len, by_task.values()))} "
+                         "total.")
+    logging.info(f"Train/eval split: {len(train)} train, {len(held)} eval (eval_split={split}, {len(by_task)} "
+                 "tasks)")
+    return load(cfg, root, meta, train), load(cfg, root, meta, held, transforms=False)
+
+
+def lerobot_set(cfg):
+    """``(root, LeRobot's metadata)`` of ``cfg.dataset``, the cameras' statistics ImageNet's with
+    ``use_imagenet_stats`` (depth cameras keep theirs, as in LeRobot 0.6)."""
+    from lerobot.datasets.factory import IMAGENET_STATS
 
     data = cfg.dataset
     if not isinstance(data.repo_id, str):
@@ -276,18 +347,25 @@ def make_dataset(cfg) -> TrainSet:
                                 f"pass --dataset.root=PATH, or download it first, e.g. `hf download {data.repo_id} "
                                 f"--repo-type dataset --local-dir {root}`")
     meta = lerobot_meta(root, data.repo_id, data.revision)
-    delta_timestamps = resolve_delta_timestamps(cfg.policy, meta)
-    dataset = Dataset.from_lerobot(root, episodes=data.episodes, device=training_device(cfg.policy.device))
-    transforms, augment = image_augment(data.image_transforms, ImageTransforms)
     if data.use_imagenet_stats:
-        for key in meta.camera_keys:
+        for key in set(meta.camera_keys) - set(getattr(meta, "depth_keys", ())):
             for name, value in IMAGENET_STATS.items():
-                meta.stats[key][name] = torch.tensor(value, dtype=torch.float32)
-    return TrainSet(dataset, meta, delta_timestamps, episodes=data.episodes, image_transforms=transforms,
-                    augment=augment, tolerance_s=cfg.tolerance_s, seed=0 if cfg.seed is None else cfg.seed)
+                meta.stats.setdefault(key, {})[name] = torch.tensor(value, dtype=torch.float32)
+    return root, meta
 
 
-def image_augment(config, image_transforms_class):
+def load(cfg, root: Path, meta, episodes, transforms: bool = True) -> TrainSet:
+    """The TrainSet of ``episodes`` (None: all) of the set at ``root``, for the model ``cfg`` trains."""
+    data = cfg.dataset
+    model = compat.trained_config(cfg)
+    dataset = Dataset.from_lerobot(root, episodes=episodes, device=training_device(model.device))
+    per_sample, augment = image_augment(data.image_transforms) if transforms else (None, None)
+    return TrainSet(dataset, meta, compat.resolve_delta_timestamps(cfg, meta), episodes=episodes,
+                    image_transforms=per_sample, augment=augment, tolerance_s=cfg.tolerance_s,
+                    seed=0 if cfg.seed is None else cfg.seed)
+
+
+def image_augment(config):
     """``(per-sample transforms, augment)`` for LeRobot's ``ImageTransformsConfig``: disabled -> (None, None);
     every ``tfs`` type robocache has (ColorJitter, SharpnessJitter, RandomAffine: LeRobot's defaults) -> its
     subset as a robocache Augment run inside the gather; a type robocache lacks -> LeRobot's own
@@ -301,7 +379,7 @@ def image_augment(config, image_transforms_class):
         from .user_warning import warn
         warn(f"robocache.lerobot_train: {e}; LeRobot's ImageTransforms run per sample instead (a Python call per "
              "sample and camera)", RuntimeWarning)
-        return image_transforms_class(config), None
+        return compat.image_transforms_class()(config), None
 
 
 def training_device(name: str | None) -> torch.device:
@@ -314,30 +392,30 @@ def training_device(name: str | None) -> torch.device:
 
 @contextmanager
 def feeding() -> Iterator[None]:
-    """Within the block, LeRobot's training script (``lerobot.scripts.lerobot_train``) loads its set with
-    robocache and ``torch.utils.data.DataLoader`` gives a robocache loader for it (:class:`DataLoader`: torch's
-    own for any other dataset); both are restored on exit."""
+    """Within the block, LeRobot's training script (``lerobot.scripts.lerobot_train``) loads its sets with
+    robocache (its ``make_dataset``, or 0.6's ``make_train_eval_datasets``) and ``torch.utils.data.DataLoader``
+    gives a robocache loader for them (:class:`DataLoader`: torch's own for any other dataset); both are
+    restored on exit."""
     import torch.utils.data as tud
     from lerobot.scripts import lerobot_train as script
 
-    saved = script.make_dataset, tud.DataLoader
-    script.make_dataset = make_dataset
+    name = compat.dataset_call(script)
+    saved = getattr(script, name), tud.DataLoader
+    setattr(script, name, make_train_eval_datasets if name == "make_train_eval_datasets" else make_dataset)
     setattr(tud, "DataLoader", DataLoader)      # the script calls torch.utils.data.DataLoader(...) by that name
     try:
         yield
     finally:
-        script.make_dataset = saved[0]
+        setattr(script, name, saved[0])
         setattr(tud, "DataLoader", saved[1])
 
 
 def main() -> Any:
-    """``lerobot-train`` with robocache feeding it (the command line is LeRobot's)."""
+    """``lerobot-train`` with robocache feeding it (the command line, and its ``main``, are LeRobot's)."""
     from lerobot.scripts import lerobot_train as script
-    from lerobot.utils.import_utils import register_third_party_plugins
 
-    register_third_party_plugins()
     with feeding():
-        return script.train()
+        return script.main()
 
 
 if __name__ == "__main__":

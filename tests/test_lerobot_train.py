@@ -1,10 +1,11 @@
 """LeRobot's own training script fed by robocache (robocache/lerobot_train.py) and
-examples/train_lerobot_policy.py, on the real CR5 sets. Runs only where LeRobot (0.4.x) is installed: it is an
-optional dependency, not in the test extra, so CI skips this module.
+examples/train_lerobot_policy.py, on the real CR5 sets. Runs only where LeRobot (0.4.x or 0.6.x) is installed:
+it is an optional dependency, not in the test extra, so CI skips this module.
 
 The batch contract is checked against LeRobot itself here (``LeRobotDataset`` items through
-``default_collate``, the samples named by LeRobot's own ``EpisodeAwareSampler``); v2.x metadata, which LeRobot
-0.4 no longer reads, against a NumPy pooling of ``episodes_stats.jsonl`` written in this file.
+``default_collate``, the samples named by LeRobot's own ``EpisodeAwareSampler``, the shares of several
+processes by accelerate's own ``BatchSamplerShard``); v2.x metadata, which LeRobot 0.4 and 0.6 no longer read,
+against a NumPy pooling of ``episodes_stats.jsonl`` written in this file.
 """
 
 from __future__ import annotations
@@ -23,15 +24,21 @@ pytest.importorskip("lerobot")
 pytest.importorskip("pyarrow")
 pytest.importorskip("av")
 
+from importlib.metadata import version  # noqa: E402
+
 from lerobot.configs.default import DatasetConfig  # noqa: E402
 from lerobot.configs.train import TrainPipelineConfig  # noqa: E402
 from lerobot.policies.factory import make_policy_config  # noqa: E402
 
-from robocache import lerobot_train  # noqa: E402
+from robocache import lerobot_compat, lerobot_train  # noqa: E402
 from robocache.lerobot_train import DataLoader, IndexSampler, ImageTransformer, TrainSet, V2Meta  # noqa: E402
 from robocache.readers.lerobot import lerobot_home  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+TorchDataLoader = torch.utils.data.DataLoader       # torch's own, the oracle of order and random draws
+#: examples/train_lerobot_policy.py is written for LeRobot 0.4.x and says so (its 0.6 port is its own change)
+EXAMPLE_0_4 = pytest.mark.skipif(not version("lerobot").startswith("0.4."),
+                                 reason="examples/train_lerobot_policy.py supports LeRobot 0.4.x only")
 #: a small ACT: the tests check the data path, not the model
 SMALL_ACT = {"dim_model": 32, "dim_feedforward": 64, "n_heads": 2, "chunk_size": 5, "n_action_steps": 5,
              "latent_dim": 8}
@@ -53,12 +60,18 @@ def v30_subset(cr5_v30):
 
 
 def lerobot_reference(cfg, absolute):
-    """LeRobot's own batch of the samples at dataset-wide indices ``absolute``: its items, default_collate."""
+    """LeRobot's own batch of the samples at dataset-wide indices ``absolute``: its items, default_collate,
+    the cameras as its training step gets them (LeRobot 0.6's items are uint8, which its script makes float32
+    / 255 before the preprocessor; 0.4's are float32 already)."""
     from lerobot.datasets.factory import make_dataset
 
     lds = make_dataset(cfg)
     rows = {int(i): r for r, i in enumerate(lds.hf_dataset["index"])}
-    return torch.utils.data.default_collate([lds[rows[i]] for i in absolute])
+    batch = torch.utils.data.default_collate([lds[rows[i]] for i in absolute])
+    for k in lds.meta.camera_keys:
+        if batch[k].dtype == torch.uint8:
+            batch[k] = batch[k].to(torch.float32) / 255.0
+    return batch
 
 
 def assert_same_batch(got: dict, ref: dict):
@@ -135,18 +148,40 @@ def test_loader_gives_lerobots_batch_for_its_sampler(v30_subset):
 
     cfg, ts = v30_subset
     eps = ts.meta.episodes
-    torch.manual_seed(3)
-    sampler = EpisodeAwareSampler(eps["dataset_from_index"], eps["dataset_to_index"], episode_indices_to_use=[1, 3],
-                                  drop_n_last_frames=7, shuffle=True)
-    loader = DataLoader(ts, num_workers=4, batch_size=6, shuffle=False, sampler=sampler, pin_memory=False,
+
+    def sampler():      # LeRobot 0.4 draws from torch's generator, 0.6 from (seed, epoch): one each time
+        return EpisodeAwareSampler(eps["dataset_from_index"], eps["dataset_to_index"], episode_indices_to_use=[1, 3],
+                                   drop_n_last_frames=7, shuffle=True)
+
+    loader = DataLoader(ts, num_workers=4, batch_size=6, shuffle=False, sampler=sampler(), pin_memory=False,
                         drop_last=False, prefetch_factor=2)
     assert isinstance(loader, lerobot_train.RobocacheLoader)
     torch.manual_seed(11)
     batch = next(iter(loader))
-    torch.manual_seed(11)
-    absolute = list(sampler)[:6]                     # the same draw of the sampler's permutation
+    torch.manual_seed(11)                            # torch's loader of the same sampler, the same seed
+    absolute = next(iter(TorchDataLoader(range(eps["dataset_to_index"][-1]), batch_size=6, sampler=sampler())))
+    absolute = absolute.tolist()
     assert batch["index"].tolist() == absolute
     assert_same_batch(batch, lerobot_reference(cfg, absolute))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_loader_draws_as_torchs_loader(v30_subset, persistent):
+    """Epoch after epoch, torch's generator is left as torch's loader of the same sampler leaves it (a base
+    seed drawn per iter(), the first only with persistent workers), so the policy's later draws are the same."""
+    _, ts = v30_subset
+    draw = [ts.dataset.meta.first_index[3] + i for i in (4, 0, 9, 2, 7)]
+    workers = {"num_workers": 2, "persistent_workers": True} if persistent else {}
+
+    def after_two_epochs(loader):
+        torch.manual_seed(5)
+        for _ in range(2):
+            next(iter(loader))
+        return torch.rand(3)
+
+    ours = after_two_epochs(DataLoader(ts, batch_size=2, sampler=draw, **workers))
+    theirs = after_two_epochs(TorchDataLoader(range(draw[0] + 10), batch_size=2, sampler=draw, **workers))
+    assert torch.equal(ours, theirs)
 
 
 def test_loader_shuffles_every_loaded_frame_once_per_epoch(v30_subset):
@@ -159,24 +194,25 @@ def test_loader_shuffles_every_loaded_frame_once_per_epoch(v30_subset):
     assert seen.tolist() == expect.tolist()
 
 
-def test_sampler_shares_between_ranks(v30_subset, monkeypatch):
-    """Under torch.distributed each rank takes every world_size-th sample, the pass wrapped to a multiple of
-    the world size (disjoint, as accelerate deals LeRobot's batches out to its processes): disjoint shares of equal length covering all."""
+@pytest.mark.parametrize("batch_size, world", [(4, 3), (5, 2), (64, 2), (1, 3)])
+def test_sampler_shares_between_ranks(v30_subset, monkeypatch, batch_size, world):
+    """Under torch.distributed each rank takes the samples accelerate hands its process of LeRobot's
+    sampler (accelerate's own BatchSamplerShard is the oracle): whole batches in turn, the pass completed from
+    its start (64 x 2: fewer samples than one round)."""
     import robocache.shard
 
+    BatchSamplerShard = pytest.importorskip("accelerate.data_loader").BatchSamplerShard
     _, ts = v30_subset
     f, n = ts.dataset.meta.first_index[3], ts.meta.episodes["length"][3]
     draw = list(range(f, f + n)) + [ts.dataset.meta.first_index[1]]
-    shares = []
-    for rank in range(3):
-        monkeypatch.setattr(robocache.shard, "distributed", lambda r, w, rank=rank: (rank, 3))
-        s = IndexSampler(draw, ts.dataset)
-        shares.append(list(s))
-        assert len(s) == len(shares[-1]) == -(-len(draw) // 3)
-    flat = sorted(x for s in shares for x in s)
     length1 = ts.meta.episodes["length"][1]
-    expect = sorted([0] + list(range(length1, length1 + n)))          # sample positions: episode 1 first
-    assert sorted(set(flat)) == expect and len(flat) == 3 * -(-len(draw) // 3)
+    position = {**{i: length1 + i - f for i in range(f, f + n)}, ts.dataset.meta.first_index[1]: 0}  # episode 1 first
+    for rank in range(world):
+        monkeypatch.setattr(robocache.shard, "distributed", lambda r, w, rank=rank: (rank, world))
+        s = IndexSampler(draw, ts.dataset, batch_size)
+        batches = BatchSamplerShard(torch.utils.data.BatchSampler(draw, batch_size, False), world, rank)
+        expect = [position[i] for b in batches for i in b]
+        assert list(s) == expect and len(s) == len(expect)
 
 
 def test_sampler_rejects_frames_not_loaded(v30_subset):
@@ -195,10 +231,11 @@ def test_feeding_swaps_and_restores_the_scripts_data():
     import torch.utils.data as tud
     from lerobot.scripts import lerobot_train as script
 
-    before = script.make_dataset, tud.DataLoader
+    name = lerobot_compat.dataset_call(script)      # make_dataset (0.4), make_train_eval_datasets (0.6)
+    before = getattr(script, name), tud.DataLoader
     with lerobot_train.feeding():
-        assert script.make_dataset is lerobot_train.make_dataset and tud.DataLoader is DataLoader
-    assert (script.make_dataset, tud.DataLoader) == before
+        assert getattr(script, name) is getattr(lerobot_train, name) and tud.DataLoader is DataLoader
+    assert (getattr(script, name), tud.DataLoader) == before
 
 
 def test_image_transforms_run_per_sample():
@@ -296,6 +333,7 @@ def test_lerobot_train_command_line(cr5_v30, tmp_path, policy):
     assert "step:2 smpl:4" in log
 
 
+@EXAMPLE_0_4
 @pytest.mark.parametrize("policy", ["act", "diffusion"])
 def test_example_smoke_matches_lerobot_fed(cr5_v30, tmp_path, policy):
     """The example's quick mode, both loaders: the first batches agree key for key and so do the losses
@@ -314,6 +352,7 @@ def test_example_smoke_matches_lerobot_fed(cr5_v30, tmp_path, policy):
     np.testing.assert_allclose(a, b, rtol=1e-3)
 
 
+@EXAMPLE_0_4
 def test_example_refuses_lerobot_loader_on_v2(cr5_v21, tmp_path):
     r = run([str(ROOT / "examples" / "train_lerobot_policy.py"), "--smoke", "--loader", "lerobot", "--data",
              str(cr5_v21)], cwd=tmp_path)

@@ -23,7 +23,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 pytest.importorskip("lerobot")
 
-from lerobot.datasets.transforms import ImageTransformConfig, ImageTransforms, ImageTransformsConfig  # noqa: E402
+try:                                   # LeRobot 0.6 moved them out of lerobot.datasets
+    from lerobot.transforms import ImageTransformConfig, ImageTransforms, ImageTransformsConfig
+except ImportError:
+    from lerobot.datasets.transforms import ImageTransformConfig, ImageTransforms, ImageTransformsConfig  # noqa: E402
 
 import robocache.augment as A  # noqa: E402
 from robocache.augment import draw as D  # noqa: E402

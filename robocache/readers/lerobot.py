@@ -23,7 +23,7 @@ import numpy as np
 
 from ._common import Episodes, ReaderError, check_times, infer_kind, require
 from .lerobot_images import decode_image_column, is_depth_map
-from .lerobot_info import check_fps, check_info, check_template, inside, unlisted_videos
+from .lerobot_info import check_fps, check_info, check_template, chunks_size, inside, unlisted_videos
 from ..video import VideoSource
 
 #: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
@@ -252,18 +252,15 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     features = info.get("features") or {}
     if load_video:
         unlisted_videos(root, features, info_path)
-    chunks_size = 1000 if info.get("chunks_size") is None else info["chunks_size"]
-    if isinstance(chunks_size, bool) or not isinstance(chunks_size, int) or chunks_size < 1:
-        raise ReaderError(f"{info_path}: chunks_size is {chunks_size!r}; expected a positive integer (LeRobot "
-                          f"writes 1000: episodes per data/chunk-NNN folder)")
+    chunks = chunks_size(info, info_path)
     workers = max_workers or min(16, os.cpu_count() or 1)
 
     # --- episode table: index, length, tasks, where its rows are
-    table = episode_table(root, info, major, data_tmpl, chunks_size)
+    table = episode_table(root, info, major, data_tmpl, chunks)
     selected = _select(root, table, episodes)
     if not selected:
         raise ReaderError(f"{root}: the dataset lists no episodes")
-    selected, cameras, skipped = _present(root, info, table, selected, major, chunks_size, load_video, missing_files,
+    selected, cameras, skipped = _present(root, info, table, selected, major, chunks, load_video, missing_files,
                                           missing_videos)
 
     # --- tabular data: one parquet read per file, in threads (pyarrow releases the GIL)
@@ -358,7 +355,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
     # --- videos: where each episode's frames are (decoded by robocache.frames, never here)
     sources = {}
     if load_video:
-        sources = _video_sources(root, info, table, selected, cameras, major, chunks_size, fps, out_eps)
+        sources = _video_sources(root, info, table, selected, cameras, major, chunks, fps, out_eps)
         for key, v in sources.items():
             kinds[key], rates[key] = "image", v["fps"]
             names.pop(key, None)

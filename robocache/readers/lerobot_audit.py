@@ -22,6 +22,7 @@ import numpy as np
 
 from ._common import ReaderError, require
 from .lerobot import collect_rows, episode_table, expected_rows, open_info, read_parquet, unread_cameras, video_file
+from .lerobot_info import chunks_size
 from ..video import VideoSource, frame_times, probe_video
 from ..video.source import span_bounds
 
@@ -48,7 +49,7 @@ def audit_lerobot(path) -> Audit:
     a = Audit()
     try:
         root, info_path, info, major = open_info(path)
-        chunks = int(info.get("chunks_size") or 1000)
+        chunks = chunks_size(info, info_path)
         table = episode_table(root, info, major, info["data_path"], chunks)
     except ReaderError as err:
         a.add("error", path, "unreadable", str(err))

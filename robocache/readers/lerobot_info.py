@@ -62,6 +62,15 @@ def check_info(info, path: Path) -> dict:
     return info
 
 
+def chunks_size(info: dict, path: Path) -> int:
+    """info.json's ``chunks_size`` (episodes per chunk-NNN folder; LeRobot writes 1000), checked."""
+    value = 1000 if info.get("chunks_size") is None else info["chunks_size"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ReaderError(f"{path}: chunks_size is {value!r}; expected a positive integer (LeRobot writes 1000: "
+                          f"episodes per data/chunk-NNN folder)")
+    return value
+
+
 def check_template(tmpl: str, name: str, major: int, path: Path) -> None:
     """ReaderError naming ``path`` and the template unless every ``{field:spec}`` of ``tmpl`` is one of
     the fields the reader formats it with, without conversion, attribute or index, with a spec LeRobot

@@ -118,6 +118,9 @@ def test_chunks_size_names_info_json(tmp_path, value):
     (root / "meta/info.json").write_text(json.dumps({**info, "chunks_size": value}))
     with pytest.raises(ReaderError, match=rf"^{root / 'meta/info.json'}: chunks_size is .*expected a positive integer"):
         read_lerobot(root)
+    from robocache.readers.lerobot_audit import audit_lerobot
+    found = audit_lerobot(root).findings          # doctor's audit says the same, not a raw int() error
+    assert [f[0] for f in found] == ["error"] and "chunks_size is" in found[0][3] and "info.json" in found[0][3]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -480,6 +480,12 @@ def test_collate_fn_and_worker_keywords(synth):
     first = next(iter(quiet))
     assert sorted(first) == ["j", "j_is_pad"] and torch.equal(first["j"], next(iter(loader))["obs"])
 
+    for kw, shown in (({"multiprocessing_context": "spawn"}, "multiprocessing_context='spawn'"),
+                      ({"pin_memory_device": "cuda"}, "pin_memory_device='cuda'"), ({"in_order": False}, "in_order=False"),
+                      ({"timeout": 5.0}, "timeout=5.0")):
+        with pytest.warns(UserWarning, match=f"DataLoader: {shown} ignored"):
+            DataLoader(synth, 16, windows={"j": "joints"}, **kw)
+
     def torch_style(samples):                  # a list of sample dicts, as torch's collate_fn gets
         return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
 

@@ -215,3 +215,20 @@ def test_identity_cuda_graph_equals_eager_without_sync(rng):
     got = epoch(eager)
     # drop_last: the epoch's order holds the samples of the dropped short batch too
     check(eager, got, eager.order(eager.epoch).cpu().numpy()[:len(eager) * eager.batch_size])
+
+
+def test_frame_task_index_per_episode_and_per_frame(rng):
+    """Dataset.frame_task_index: without a task_index stream each episode's first task (-1 without one);
+    with one (LeRobot's per-row column), the task of the row nearest each time, ties to the earlier row."""
+    ds = multirate(rng)
+    want_tasks = {t: i for i, t in enumerate(ds.tasks)}
+    got = ds.frame_task_index([0, 1, 2, 3, 1], [0.0, 0.2, 0.1, 0.0, 0.4])
+    first = [want_tasks["pick"], want_tasks["place"], -1, want_tasks["pick"], want_tasks["place"]]
+    assert got.dtype == np.int64 and got.tolist() == first
+    t = np.arange(10) / 10.0                       # one episode whose rows switch task after t = 0.4
+    rows = np.array([0] * 5 + [1] * 5, np.int64)
+    ds2 = robocache.Dataset.from_episodes([{"task_index": (rows, t), "x": (np.zeros((10, 1), np.float32), t)}],
+                                          tasks=[["a", "b"]], device="cpu")
+    times = [0.0, 0.4, 0.44, 0.45, 0.46, 0.9, 5.0]   # 0.45: a tie between rows 4 and 5 -> the earlier
+    ids = ds2.frame_task_index([0] * len(times), times)
+    assert [ds2.tasks[i] for i in ids] == ["a", "a", "a", "a", "b", "b", "b"]

@@ -306,3 +306,36 @@ def test_a_loaded_dataset_and_the_cli_json(tmp_path, capsys):
     (tmp_path / "plain").mkdir()
     assert cli(["doctor", str(tmp_path / "plain")]) == 2
     assert "not a source" in capsys.readouterr().err
+
+
+def test_doctor_options_on_a_lerobot_set(tmp_path):
+    """--window, --gap, --gap-factor, --format and --json on a LeRobot set (the demo set: 15 fps, 4-8 s
+    episodes): each option changes the report as its help says."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("av")
+    import io
+
+    from robocache.demo import write_lerobot
+    root = write_lerobot(tmp_path / "set", 3)
+
+    def run(*args):
+        out = io.StringIO()
+        return doctor.main([str(root), *args], out=out), out.getvalue()
+
+    code, text = run()
+    assert code == 0 and "0 errors, 0 warnings" in text and "gaps longer" not in text
+    code, text = run("--window", "100")
+    assert code == 0 and "3 episodes are shorter than the 100 s window: [0, 1, 2]" in text
+    assert run("--window", "100", "--strict")[0] == 1                       # a warning fails only with --strict
+    interval = 1 / 15
+    code, text = run("--gap", "0.01")
+    assert "gaps longer than 0.01 s" in text and f"median interval {interval:.4f} s" in text
+    code, text = run("--gap-factor", "0.5")                                  # half the median: every step a gap
+    assert f"gaps longer than {0.5 * interval:.4f} s" in text
+    assert "gaps longer" not in run("--gap-factor", "1.5")[1]
+    code, text = run("--format", "zarr")                                     # the wrong reader: an error
+    assert code == 1 and "cannot read zarr metadata" in text
+    code, text = run("--json")
+    report = json.loads(text)
+    assert code == 0 and report["format"] == "lerobot" and report["episodes"] == 3 and report["ok"] is True
+    assert report["findings"] == [] and "observation.state" in {s["name"] for s in report["streams"]}

@@ -41,3 +41,18 @@ def test_benchmark_smoke(script, tmp_path):
     r = subprocess.run([sys.executable, str(script), "--smoke"], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, f"{script.name} --smoke exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+
+
+def test_robocache_bench_command(tmp_path):
+    """`python -m robocache bench --smoke` beyond --help: one op, --seed and --json; the report names the op,
+    the seed and a checked result per config (the figures are not measurements)."""
+    import json
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", ROBOCACHE_CACHE_DIR=str(tmp_path / "c"))
+    r = subprocess.run([sys.executable, "-m", "robocache", "bench", "--smoke", "--op", "resample", "--seed", "7",
+                        "--json", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["seed"] == 7 and report["device"] == "cpu" and report["quick"] is True
+    assert report["results"] and {x["op"] for x in report["results"]} == {"resample"}
+    assert all(x["contenders"] for x in report["results"])

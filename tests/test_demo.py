@@ -356,3 +356,33 @@ def test_demo_trains_on_zarr_and_robomimic(tmp_path):
         r = demo.run([flag, str(src), *common], out=lines.append)
         assert r["steps"] == 3 and r["source"] == str(src) and np.isfinite(r["losses"]).all(), (flag, r)
         assert f"{episodes} episodes" in lines[0], lines[0]
+
+
+def test_lerobot_item_against_the_files(demo_lerobot):
+    """robocache.lerobot_item on the demo set (no LeRobot needed) against the files read independently: the
+    parquet row's state and bookkeeping, the action window of delta_timestamps with LeRobot's padding past the
+    episode's end, and the camera frame as PyAV decodes it (float32 CHW in [0, 1])."""
+    import av
+    import pyarrow.parquet as pq
+    import torch
+
+    import robocache
+    ds = robocache.Dataset.from_lerobot(demo_lerobot, device="cpu", show_progress=False)
+    rows = pq.read_table(demo_lerobot / "data/chunk-000/file-000.parquet").to_pydict()
+    with av.open(str(demo_lerobot / "videos/observation.images.top/chunk-000/file-000.mp4")) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    dt = {"action": [0.0, 1 / 15, 2 / 15]}
+    last = max(i for i, e in enumerate(rows["episode_index"]) if e == 0)      # episode 0's last row
+    for i in (0, 5, last - 1, last, len(rows["index"]) - 1):
+        item = robocache.lerobot_item(ds, i, delta_timestamps=dt)
+        assert int(item["index"]) == rows["index"][i] and int(item["episode_index"]) == rows["episode_index"][i]
+        assert int(item["frame_index"]) == rows["frame_index"][i] and item["task"] in ds.tasks
+        assert torch.equal(item["observation.state"], torch.tensor(rows["observation.state"][i]))
+        ep = rows["episode_index"][i]
+        end = max(j for j, e in enumerate(rows["episode_index"]) if e == ep)
+        want = [rows["action"][min(i + k, end)] for k in range(3)]            # the last row repeated past the end
+        assert torch.equal(item["action"], torch.tensor(want))
+        assert item["action_is_pad"].tolist() == [i + k > end for k in range(3)]
+        img = torch.from_numpy(frames[i]).permute(2, 0, 1).float() / 255
+        assert item["observation.images.top"].shape == img.shape
+        assert torch.equal(item["observation.images.top"], img)

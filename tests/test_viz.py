@@ -500,3 +500,16 @@ def test_viz_on_cuda(rng):
     g[1, 1, 1] = 1
     assert len(viz.voxels(g).axes) == 3
     assert len(viz.voxels(g, view="3d").axes[0].collections[0].get_offsets()) == 1
+
+
+def test_table_prints_aligned_and_as_escaped_html():
+    """viz.Table, the public type rate_table returns: records, an aligned text form (floats to 4 significant
+    digits, NaN and None as '-') and HTML with every cell escaped."""
+    t = viz.Table(["stream", "Hz"], [["joints", 100.0], ["<cam>", float("nan")], ["gripper", None]], title="rates")
+    assert t.records() == [{"stream": "joints", "Hz": 100.0}, {"stream": "<cam>", "Hz": t.rows[1][1]},
+                           {"stream": "gripper", "Hz": None}]
+    assert repr(t).splitlines() == ["rates", "stream   Hz", "-------  ---", "joints   100", "<cam>    -",
+                                    "gripper  -"]
+    page = t._repr_html_()
+    assert "<caption>rates</caption>" in page and "<td>&lt;cam&gt;</td>" in page and "<cam>" not in page
+    assert page.count("<tr>") == 4

@@ -386,3 +386,31 @@ def test_lerobot_item_against_the_files(demo_lerobot):
         img = torch.from_numpy(frames[i]).permute(2, 0, 1).float() / 255
         assert item["observation.images.top"].shape == img.shape
         assert torch.equal(item["observation.images.top"], img)
+
+
+def test_from_lerobot_modality_subkeys(demo_lerobot, tmp_path):
+    """from_lerobot(modality_subkeys=): a GR00T meta/modality.json on the demo set (arm = joints 0-6 of the
+    7-dim state, gripper = 6-7) gives sliced streams sharing the parent's times, with the parent's names and
+    statistics sliced; modality_subkeys=False leaves only the parent streams."""
+    import json
+    import shutil
+
+    import robocache
+    root = tmp_path / "groot_style"
+    shutil.copytree(demo_lerobot, root)
+    (root / "meta/modality.json").write_text(json.dumps({
+        "state": {"arm": {"start": 0, "end": 6}, "gripper": {"start": 6, "end": 7}},
+        "action": {"arm": {"start": 0, "end": 6}}, "video": {"top": {"original_key": "observation.images.top"}}}))
+    ds = robocache.Dataset.from_lerobot(root, device="cpu", load_video=False, show_progress=False)
+    state = ds.streams["observation.state"]
+    for name, parent, sl in (("state.arm", state, slice(0, 6)), ("state.gripper", state, slice(6, 7)),
+                             ("action.arm", ds.streams["action"], slice(0, 6))):
+        s = ds.streams[name]
+        assert np.array_equal(s.values.numpy(), parent.values.numpy()[:, sl]), name
+        assert np.array_equal(s.times.numpy(), parent.times.numpy()) and s.rate == parent.rate
+        assert list(s.feature_names) == list(parent.feature_names)[sl]
+        for stat in ("min", "max", "mean"):
+            assert np.allclose(np.asarray(s.stats[stat]), np.asarray(parent.stats[stat])[sl]), (name, stat)
+    plain = robocache.Dataset.from_lerobot(root, device="cpu", load_video=False, modality_subkeys=False,
+                                           show_progress=False)
+    assert not [k for k in plain.streams if k.startswith(("state.", "action."))]

@@ -320,7 +320,7 @@ def test_robocache_exposes_viz_without_importing_it():
 def test_episode_view_static_grid(ds):
     view = viz.episode_view(ds, 0, interactive=False, frames=4)
     fig = view.figure
-    assert isinstance(fig, matplotlib.figure.Figure) and not view.interactive
+    assert isinstance(view, viz.EpisodeView) and isinstance(fig, matplotlib.figure.Figure) and not view.interactive
     # cameras default to every image stream: camera and depth, 4 frames each; curves: joints, gripper
     images = [a for a in fig.axes if a.images]
     curves = [a for a in fig.axes if a.lines]

@@ -5,17 +5,7 @@
 #                                      tier's encoder), and the cuda suites of the frame gather and the loader
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 ROBOCACHE_CUDA_ARCHS=${ROBOCACHE_CUDA_ARCHS:-90}
-out=${OUT:-/tmp/robocache-gpu}
-mkdir -p "$out"
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-t=$SECONDS
-python3 setup.py build_ext --inplace >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-echo "== built in $((SECONDS - t)) s"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+source tools/gpu_setup.sh
 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_augment_cuda.py tests/test_augment.py \
     tests/test_reference_augment.py 2>&1 | tail -25 | tee "$out/tests.log"
 if [ "${1:-}" = tiers ]; then

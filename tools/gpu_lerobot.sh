@@ -10,15 +10,8 @@
 # loader against robocache's, batch 64).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 ROBOCACHE_CUDA_ARCHS=${ROBOCACHE_CUDA_ARCHS:-90} HF_HUB_OFFLINE=1
-out=${OUT:-/tmp/robocache-gpu}
-mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="$PWD:/tmp/site"
-t=$SECONDS
-python3 setup.py build_ext --inplace >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-echo "== built in $((SECONDS - t)) s"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+export HF_HUB_OFFLINE=1
+source tools/gpu_setup.sh
 python3 -c "import lerobot, av, importlib.metadata as m; print('lerobot', m.version('lerobot'), 'av', av.__version__)" || exit 1
 t=$SECONDS
 python3 tools/make_aloha_set.py /tmp/aloha --episodes "${EPISODES:-10}" --seconds "${SECONDS_PER_EPISODE:-8}" \

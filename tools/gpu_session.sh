@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a session on a lent GPU machine runs, in parts that each fit one 10-minute command:
 #
-#   bash tools/gpu_session.sh tests     # build, then the `cuda`-marked suite        (~5 min on an H100)
+#   bash tools/gpu_session.sh tests     # build, then the `cuda`-marked suite (~5 min on an H100) and its
+#                                       # dated record $OUT/cuda_record.json (ROBOCACHE_COMMIT names the commit)
 #   bash tools/gpu_session.sh scale     # build, then benchmarks/bench_scale.py       (~8 min)
 #   bash tools/gpu_session.sh v30       # build, then the LeRobot v3.0 tests (CPU and cuda) and
 #                                       # bench_lerobot_v30.py (v2.1 against v3.0, tiers host/disk/device)
@@ -50,7 +51,9 @@ python3 -m robocache info 2>&1 | tee "$out/info.txt"
 
 case "$part" in
 tests)
-    python3 -m pytest -m cuda -q -p no:cacheprovider -rs 2>&1 | tee "$out/cuda-tests.txt"
+    # the dated record tests/test_cuda_record.py holds cuda/ and csrc/ to (commit it as tests/cuda_record.json)
+    python3 -m pytest -m cuda -q -p no:cacheprovider -rs --junitxml="$out/cuda-junit.xml" 2>&1 | tee "$out/cuda-tests.txt"
+    python3 tools/cuda_record.py write "$out/cuda-junit.xml" "$out/cuda_record.json"
     ;;
 scale)
     python3 benchmarks/bench_scale.py --json "$out/bench_scale.json" 2>&1 | tee "$out/bench_scale.txt"

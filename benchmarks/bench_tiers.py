@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import robocache  # noqa: E402
 from robocache import Window  # noqa: E402
-from robocache.frames.store import FrameStore, _from_map, yuv420_bytes  # noqa: E402
+from robocache.frames.store import FrameStore, yuv420_bytes  # noqa: E402
+from robocache.frames.tiers.disk import from_map  # noqa: E402
 
 import bench_loader as bl  # noqa: E402
 
@@ -85,7 +86,7 @@ def generated(lengths, fmt: str, tier: str, dev, path=None) -> robocache.Dataset
     if tier == "disk":
         mm.flush()
         del data, mm
-        data = _from_map(np.load(path, mmap_mode="r"))
+        data = from_map(np.load(path, mmap_mode="r"))
     store = FrameStore(data, format=fmt, height=H, width=W, channels=3, tier=tier, device=dev, matrix="bt601",
                        path=None if path is None else str(path))
     times = [np.arange(n) / 10.0 for n in lengths]

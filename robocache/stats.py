@@ -46,7 +46,7 @@ def stat_rows(stream):
     """A stream's values as ``[rows, features]`` for statistics, and the shape to give the results."""
     v = stream.values
     if isinstance(v, FrameStore):
-        if v.format == "rgb" and v.tier in ("device", "cpu") and v.rows is None:
+        if v.format == "rgb" and v.kind.in_memory and v.rows is None:
             v = v.data
         elif v.dtype == _torch().uint8:
             return FrameRows(v), (v.channels,)   # decoded chunk by chunk (YUV, host, disk)

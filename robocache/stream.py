@@ -371,7 +371,7 @@ class Stream:
         f = self.frames
         if f is None:
             return self.device.type
-        tier = "host (pinned)" if f.tier == "host" and f.data.is_pinned() else f.tier
+        tier = f"{f.tier} (pinned)" if f.kind.pinned(f) else f.tier
         return f"{tier}, {f.format}"
 
     def __repr__(self) -> str:

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from numbers import Real
 
 from .. import memory
+from .tiers import tier_of
 
 TIER_ORDER = ("device", "host", "disk", "lossless", "compressed")
-CODED = ("lossless", "compressed")   # tiers of coded frames: their bytes in host RAM, else mapped from disk
 CHOICES = ("auto",) + TIER_ORDER
 # compressed-tier bytes per pixel the plan assumes: 2x the 0.5 bit/pixel measured at qscale 2 on the
 # CR5 arm's 480x640 footage (docs/frame-storage.md); noisier cameras code larger
@@ -72,9 +72,7 @@ class Need:
         return int(self.frames * self.height * self.width * LOSSLESS_BITS_PER_PIXEL / 8)
 
     def bytes_in(self, tier: str) -> int:
-        if tier in CODED:
-            return self.compressed_bytes if tier == "compressed" else self.lossless_bytes
-        return self.nbytes
+        return tier_of(tier).planned_bytes(self)
 
 
 def _gb(n: float) -> str:
@@ -186,22 +184,22 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
         want = per.get(need.name, default)
         tiers = TIER_ORDER if want == "auto" else (want,)
         for t in tiers:
-            size = need.bytes_in(t)
-            pools = ("host", "disk") if t in CODED else ("host" if cpu and t == "device" else t,)
-            # a cached stream's disk tier maps the entry that is there: no disk space to find
-            need_of = {p: 0 if p == "disk" and t == "disk" and need.cached else size for p in pools}
-            pool = next((p for p in pools if need_of[p] <= left[p]), None)
+            kind = tier_of(t)
+            size = kind.planned_bytes(need)
+            need_of = {p: kind.pool_bytes(p, size, need) for p in kind.pools(cpu)}
+            pool = next((p for p in need_of if need_of[p] <= left[p]), None)
             # every tier but the GPU's maps its bytes into this process: RLIMIT_AS counts them
-            mapped = cpu or t != "device"
-            if pool is not None and (t not in CODED or need.height * need.width > 0) \
+            mapped = cpu or not kind.on_gpu
+            if pool is not None and (not kind.coded or need.height * need.width > 0) \
                     and (not mapped or size <= left["address"]):
                 left[pool] -= need_of[pool]
                 if mapped:
                     left["address"] -= size
-                out[need.name] = "cpu" if cpu and t in ("device", "host") else t
+                out[need.name] = kind.planned_name(cpu)
                 break
         else:
-            if want == "disk" and b.disk_why:   # no room is not the problem: say what is
+            if want != "auto" and tier_of(want).needs_cache_folder and b.disk_why:
+                # no room is not the problem: say what is
                 from .cache import CacheError
                 raise CacheError(f"{hint}frames='disk' needs a cache folder it can write, and {b.disk_dir} "
                                  f"{b.disk_why}; set ROBOCACHE_CACHE_DIR to a writable folder, or choose "

@@ -4,58 +4,26 @@ Storage is one row per frame: RGB-like ``[N, H, W, C]`` (uint8 or float32, as th
 YUV 4:2:0 ``[N, H*W + 2*ch*cw]`` uint8 (I420, as the video decoder hands it back: 1.5 bytes/pixel); or
 each frame's I420 planes coded, bytes back to back + offsets: losslessly in the lossless tier (lossless.py),
 as a JPEG in the compressed tier (jpeg.py).
-Tiers: ``device`` (a tensor on the dataset's GPU), ``host`` (pinned host memory the GPU reads directly:
-only the sampled frames cross the bus), ``disk`` (a read-only memory-mapped cache file; batches stage the
-sampled frames through pinned buffers, see ``stage``), ``cpu`` (a CPU dataset: plain memory), ``compressed``
-(JPEG bitstreams in host memory, or mapped from the cache file when they exceed the host budget; each batch
-decodes only its sampled frames, on the GPU with nvJPEG: lossy, opt-in or the plan's last resort), ``lossless``
-(MED + rANS coded planes in pinned host memory, or mapped; each batch decodes its sampled frames on the GPU:
-bit-identical to the host tier, about a fifth of its bytes).
+The tiers (where the frames live: GPU memory, pinned host memory, a mapped file, JPEG, lossless) are objects
+of robocache.frames.tiers; a store holds its bytes and geometry and hands everything that depends on the tier
+to ``store.kind``.
 Every tier goes through the same kernel (``robocache._C.gather_frames``: gather, YUV -> RGB, resize,
 layout, dtype in one pass), so batches are bit-identical whatever the tier.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any
 
 import numpy as np
 
 from .._util import torch as _torch
 from ..video.layout import yuv420_bytes
+from .tiers import Tier, memory_tier, tier_of
 
 
-TIERS = ("device", "host", "disk", "cpu", "lossless", "compressed")
 FORMATS = ("rgb", "yuv420", "lossless", "jpeg")
 SPANS = ("lossless", "jpeg")   # formats stored as variable-size frames: bytes back to back + offsets
-
-
-
-def _take_rows(data, rows: np.ndarray, *, pinned: bool, device=None):
-    """``data[rows]`` (rows int64 numpy), copied run by run into a new tensor on ``device`` (default:
-    ``data``'s; pinned when asked: filled before it is registered, never copied twice). A shard's rows are
-    whole episodes, a few long runs of consecutive frames, and a slice copy is a memcpy, where
-    ``index_select`` moves wide uint8 rows an element at a time: 67 MB/s measured on 480x640 I420 frames on
-    the 2-core machine (4.1 s for 600 frames, the 11-37 s per rank of sharded construction on the H200 host)."""
-    torch = _torch()
-    shape = (rows.size, *data.shape[1:])
-    starts = np.flatnonzero(np.diff(rows, prepend=rows[:1] - 2) != 1)    # where a run of +1 steps begins
-    ends = np.append(starts[1:], rows.size)
-
-    def fill(out):
-        out = torch.as_tensor(out)
-        for a, b in zip(starts.tolist(), ends.tolist()):
-            r = int(rows[a])
-            out[a:b].copy_(data[r:r + (b - a)])
-
-    if pinned:
-        from .pinned import pinned_empty
-        return pinned_empty(shape, data.numpy().dtype, fill=fill)
-    out = torch.empty(shape, dtype=data.dtype, device=data.device if device is None else device)
-    fill(out)
-    return out
 
 
 class FrameStore:
@@ -92,43 +60,46 @@ class FrameStore:
         (``data``/``offsets`` are the atlas's; a batch decodes each sampled timestep once for all of them).
     """
 
-    def __init__(self, data, *, format: str, height: int, width: int, channels: int, tier: str, device,
+    def __init__(self, data, *, format: str, height: int, width: int, channels: int, tier: str | Tier, device,
                  matrix: str = "bt601", full_range: bool = False, rows=None, path: str | None = None,
                  offsets=None, qscale: int | None = None, origin=None, atlas=None):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-        if tier not in TIERS:
-            raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-        self.data, self.format, self.tier = data, format, tier
+        kind = tier_of(tier.name if isinstance(tier, Tier) else tier, atlas=atlas is not None)
+        if format not in kind.formats:
+            raise ValueError(f"the {kind.name} tier keeps formats {kind.formats}, got {format!r}")
+        if (format in SPANS) != (offsets is not None):
+            raise ValueError(f"formats {SPANS} (and only they) take offsets")
+        self.data, self.format, self.kind = data, format, kind
         self.height, self.width, self.channels = int(height), int(width), int(channels)
         self.matrix, self.full_range = matrix, bool(full_range)
         self.device = _torch().device(device)
         self.rows, self.path = rows, path
-        self.offsets, self.qscale, self.origin = offsets, qscale, origin
-        if atlas is not None:
-            if format != "jpeg" or atlas.atlas.offsets is not offsets or len(atlas.atlas.data) != len(data):
-                raise ValueError("an atlas part is a jpeg store over the atlas's own data and offsets")
-            if (atlas.atlas.layout.height, atlas.atlas.layout.width) != (int(height), int(width)):
-                raise ValueError(f"an atlas of {atlas.atlas.layout.height}x{atlas.atlas.layout.width} cameras "
-                                 f"cannot hold {height}x{width} frames")
-            self.data = atlas.atlas.data        # (the atlas's bytes may have been pinned since `data` was read)
-        self.atlas = atlas
-        if format == "jpeg" and self.device.type == "cuda" and not isinstance(data, np.memmap):
-            # nvJPEG copies the sampled bitstreams to the device: pinned, one copy per atlas
-            if atlas is not None:
-                self.data = atlas.atlas.pin()
-            else:
-                from .pinned import pinned_bytes
-                self.data = pinned_bytes(data)
-        if (format in SPANS) != (offsets is not None):
-            raise ValueError(f"formats {SPANS} (and only they) take offsets")
+        self.offsets, self.qscale, self.origin, self.atlas = offsets, qscale, origin, atlas
         self.host_rows = None if rows is None else np.asarray(rows.cpu() if hasattr(rows, "cpu") else rows)
         self.gpu = None   # lossless on a GPU: its bytes pinned, offsets on the device (lossless.GpuSource)
-        if format == "lossless" and self.device.type == "cuda":
-            from .lossless import gpu_source
-            self.gpu = gpu_source(data, offsets, self.device)
-            if self.gpu is not None:   # the pinned copy is the store's bytes: one copy in RAM
-                self.data = self.gpu.data.numpy()
+        kind.attach(self)
+
+    @property
+    def tier(self) -> str:
+        """The tier's name (``store.kind`` is the tier itself)."""
+        return self.kind.name
+
+    def replaced(self, **changes) -> "FrameStore":
+        """A new store over the same fields but ``changes`` (``kind`` for the tier): what a tier's subset
+        and move make. The new store's tier attaches itself again (pinning for a GPU, say)."""
+        kw = dict(data=self.data, format=self.format, height=self.height, width=self.width,
+                  channels=self.channels, tier=self.kind, device=self.device, matrix=self.matrix,
+                  full_range=self.full_range, rows=self.rows, path=self.path, offsets=self.offsets,
+                  qscale=self.qscale, origin=self.origin, atlas=self.atlas)
+        if "kind" in changes:
+            kw["tier"] = changes.pop("kind")
+        kw.update(changes)
+        return FrameStore(kw.pop("data"), **kw)
+
+    @staticmethod
+    def torch():
+        return _torch()
 
     @classmethod
     def from_rgb(cls, values, device=None) -> "FrameStore":
@@ -140,7 +111,7 @@ class FrameStore:
         if values.dim() != 4:
             raise ValueError(f"image frames must be [N, H, W, C], got shape {tuple(values.shape)}")
         dev = values.device if device is None else torch.device(device)
-        tier = "cpu" if values.device.type == "cpu" and dev.type == "cpu" else "device"
+        tier = memory_tier(values.device if values.device.type == "cuda" else dev)
         _, h, w, c = values.shape
         return cls(values.contiguous(), format="rgb", height=h, width=w, channels=c, tier=tier, device=dev)
 
@@ -154,38 +125,11 @@ class FrameStore:
         torch = _torch()
         device = torch.device(device)
         a = rows.cpu().numpy() if isinstance(rows, torch.Tensor) else np.ascontiguousarray(rows)
-        if tier == "lossless":
-            if format != "yuv420":
-                raise ValueError(f"tier 'lossless' codes yuv420 frames (the video decoder's), got format {format!r}")
-            from .lossless import encode_all as encode_lossless
-            data, offsets = encode_lossless(a, height, width)
-            return cls(data, format="lossless", height=height, width=width, channels=3, tier=tier, device=device,
-                       matrix=matrix, full_range=full_range, offsets=offsets)
-        if tier == "compressed":
-            if format != "yuv420":
-                raise ValueError(f"tier 'compressed' codes yuv420 frames (the video decoder's), got format {format!r}")
-            from .jpeg import encode_all, pack
-            data, offsets = pack(encode_all(a, height, width, qscale))
-            return cls(data, format="jpeg", height=height, width=width, channels=3, tier=tier, device=device,
-                       matrix=matrix, full_range=full_range, offsets=offsets, qscale=qscale)
-        if tier == "disk":
-            if path is None:
-                raise ValueError("tier 'disk' needs a path for the frame file")
-            mm = np.lib.format.open_memmap(path, mode="w+", dtype=a.dtype, shape=a.shape)
-            mm[...] = a
-            mm.flush()
-            del mm
-            data = _from_map(np.load(path, mmap_mode="r"))
-        elif tier == "host":
-            from .pinned import pin
-            data = pin(torch.from_numpy(a))
-        elif tier in ("device", "cpu"):
-            data = torch.from_numpy(a).to(device)
-            tier = "cpu" if device.type == "cpu" else "device"
-        else:
-            raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-        return cls(data, format=format, height=height, width=width, channels=channels, tier=tier, device=device,
-                   matrix=matrix, full_range=full_range, path=None if path is None else str(path))
+        kind = tier_of(tier.name if isinstance(tier, Tier) else tier).for_device(device)
+        data, kw = kind.make(a, format=format, height=height, width=width, path=path, qscale=qscale, device=device)
+        kw = dict(dict(format=format, height=height, width=width, channels=channels, matrix=matrix,
+                       full_range=full_range), **kw)
+        return cls(data, tier=kind, device=device, **kw)
 
     # --- shape and size ------------------------------------------------------------------
 
@@ -214,8 +158,7 @@ class FrameStore:
         """Whether a GPU batch needs its frame ids on the host (the disk tier copies those frames, the
         compressed tier hands their bitstreams to nvJPEG, a lossless store mapped from its cache file stages
         them): the loader computes them from its host order."""
-        return self.is_cuda and (self.tier == "disk" or self.format == "jpeg"
-                                 or (self.format == "lossless" and self.gpu is None))
+        return self.kind.host_staged(self)
 
     @property
     def gather_matrix(self) -> str | None:
@@ -236,30 +179,18 @@ class FrameStore:
     @property
     def frame_bytes(self) -> int:
         """Stored bytes per frame (``jpeg``, ``lossless``: the mean; an atlas camera: its share)."""
-        if self.format in SPANS:
-            n = len(self.offsets) - 1
-            return int(round(int(self.offsets[-1]) / n / self.share)) if n else 0
-        return math.prod(self.data.shape[1:]) * self.data.element_size()
+        return self.kind.frame_bytes(self)
 
     @property
     def nbytes(self) -> int:
         """Bytes the storage holds (the whole file for a disk-tier subset; an atlas camera: its share, so
         the cameras' sizes add up to the atlas's)."""
-        if self.format in SPANS:
-            return (int(self.data.nbytes) + int(self.offsets.nbytes)) // self.share
-        return int(self.data.shape[0]) * self.frame_bytes
+        return self.kind.nbytes(self)
 
     def episode_bytes(self, offsets) -> np.ndarray:
         """Stored bytes of each episode's frames, int64 ``[E]``, for frame ``offsets [E+1]`` (host): what a
         rank holding those episodes holds (``jpeg``, ``lossless``: each frame's own size)."""
-        offsets = np.asarray(offsets, np.int64)
-        if self.format not in SPANS:
-            return np.diff(offsets) * self.frame_bytes
-        sizes = np.diff(self.offsets)
-        if self.host_rows is not None:
-            sizes = sizes[self.host_rows]
-        per_frame = np.concatenate([[0], np.cumsum(sizes)])
-        return (per_frame[offsets[1:]] - per_frame[offsets[:-1]]) // self.share
+        return self.kind.episode_bytes(self, np.asarray(offsets, np.int64))
 
     def __repr__(self) -> str:
         q = f" q{self.qscale}" if self.format == "jpeg" else ""
@@ -315,19 +246,7 @@ class FrameStore:
         return result
 
     def _gather_into(self, view, ids, scale, host_ids=None, extra=None):
-        if self.format == "jpeg":
-            from .jpeg import gather_jpeg
-            return gather_jpeg(self, view, ids, scale, host_ids, extra)
-        if self.format == "lossless":
-            from .lossless import gather_lossless
-            return gather_lossless(self, view, ids, scale, host_ids, extra)
-        if self.tier == "disk":
-            from .stage import gather_disk
-            return gather_disk(self, view, ids, scale, host_ids, extra)
-        from .._C import gather_frames
-        gather_frames(self.data, self.storage_ids(ids), view, format=self.format, height=self.height,
-                       width=self.width, channels=self.channels, matrix=self.gather_matrix,
-                       full_range=self.full_range, scale=scale, **(extra or {}))
+        self.kind.gather_into(self, view, ids, scale, host_ids, extra)
 
     def __getitem__(self, index):
         """Decoded frames ``[n, H, W, C]`` on ``device``: an int, a slice, or an index tensor/array."""
@@ -365,77 +284,10 @@ class FrameStore:
         rows = np.asarray(rows, dtype=np.int64)
         if self.host_rows is not None:
             rows = self.host_rows[rows]
-        kw: dict[str, Any] = dict(format=self.format, height=self.height, width=self.width,
-                                  channels=self.channels, matrix=self.matrix, full_range=self.full_range)
-        if self.tier == "host" and self.format not in SPANS:
-            pinned = dest.type == "cuda" or self.data.is_pinned()
-            return FrameStore(_take_rows(self.data, rows, pinned=pinned), tier="host", device=dest, **kw)
-        if self.tier in ("device", "cpu") and self.format not in SPANS:
-            return FrameStore(_take_rows(self.data, rows, pinned=False, device=dest), device=dest,
-                              tier="cpu" if dest.type == "cpu" else "device", **kw)
-        return self._kept(rows, kw).to(dest)
-
-    def _kept(self, rows: np.ndarray, kw: dict) -> "FrameStore":
-        """``subset`` of a store that keeps bitstreams or a file (``rows``: storage rows): their bytes, or
-        the file and a row map, on this device."""
-        torch = _torch()
-        kw = dict(kw, device=self.device)
-        if self.atlas is not None and not isinstance(self.data, np.memmap):
-            # the cameras of an atlas subset with the same rows share one copy of the atlases
-            part = dataclasses.replace(self.atlas, atlas=self.atlas.atlas.subset(rows, _take_spans))
-            return FrameStore(part.atlas.data, tier=self.tier, path=self.path, offsets=part.atlas.offsets,
-                              qscale=self.qscale, origin=None if self.origin is None else self.origin.take(rows),
-                              atlas=part, **kw)
-        if self.format in SPANS and not isinstance(self.data, np.memmap):
-            # in RAM: the subset's own bitstreams, so a rank's shard holds only its episodes' bytes
-            data, offsets = _take_spans(self.data, self.offsets, rows)
-            return FrameStore(data, tier=self.tier, path=self.path, offsets=offsets, qscale=self.qscale,
-                              origin=None if self.origin is None else self.origin.take(rows), **kw)
-        r = torch.from_numpy(rows)
-        return FrameStore(self.data, tier=self.tier, rows=r.to(self.device), path=self.path,
-                          offsets=self.offsets, qscale=self.qscale, origin=self.origin, atlas=self.atlas, **kw)
+        return self.kind.subset(self, rows, dest)
 
     def to(self, device) -> "FrameStore":
         """The store with batches landing on ``device``: a device-tier store moves; host/disk stores keep
         their memory (a CPU dataset reads them directly; host memory is pinned for a GPU)."""
-        torch = _torch()
-        device = torch.device(device)
-        if device == self.device:
-            return self
-        kw = dict(format=self.format, height=self.height, width=self.width, channels=self.channels,
-                  matrix=self.matrix, full_range=self.full_range, path=self.path, offsets=self.offsets,
-                  qscale=self.qscale, origin=self.origin, atlas=self.atlas)
-        rows = None if self.rows is None else self.rows.to(device)
-        if self.tier in ("device", "cpu"):
-            data = self.data.to(device)
-            tier = "cpu" if device.type == "cpu" else "device"
-            return FrameStore(data, tier=tier, device=device, rows=rows, **kw)
-        data = self.data
-        if self.tier == "host" and device.type == "cuda" and not data.is_pinned():
-            from .pinned import pin
-            data = pin(data)
-        return FrameStore(data, tier=self.tier, device=device, rows=rows, **kw)
-
-
-def _take_spans(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray):
-    """(bytes, offsets) of frames ``rows`` of a span store, copied run by run (a subset's rows are runs
-    of consecutive frames: its episodes)."""
-    sizes = np.diff(offsets)[rows]
-    out_off = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(sizes, out=out_off[1:])
-    out = np.empty(int(out_off[-1]), np.uint8)
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    for a, b in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(rows)]])):
-        if b > a:
-            src = data[offsets[rows[a]]:offsets[rows[b - 1] + 1]]
-            out[out_off[a]:out_off[b]] = src
-    return out, out_off
-
-
-def _from_map(a):
-    """A torch tensor over a read-only memory map (torch warns about non-writable arrays: the frames
-    are only ever read)."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _torch().from_numpy(a)
+        device = _torch().device(device)
+        return self if device == self.device else self.kind.to(self, device)

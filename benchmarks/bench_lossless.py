@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(os.environ.get("ROBOCACHE_DATA") or Path(__file__).resolve().parents[2] / "shared/data")
-REAL = DATA / "cr5_flashdrive_av1/videos/chunk-000/observation.images.top"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_frames import real_rows  # noqa: E402
 
 
 def planes(row: np.ndarray, h: int, w: int):
@@ -138,7 +138,6 @@ def gpu(rows: np.ndarray, h: int, w: int, batches, set_frames: int) -> dict:
     """The GPU decode's rate and the loader's on a DROID-shaped lossless set (see the module docstring)."""
     import statistics
     import torch
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_scale as scale
     import robocache
     from robocache._C import decode_lossless
@@ -265,18 +264,6 @@ own), medians of 20; its host-side setup per call is in its figure, as it would 
             out["cases"][label] = {"error": f"{type(e).__name__}: {e}"[:300]}
         print(label, out["cases"][label], flush=True)
     return out
-
-
-def real_rows(frames: int, size):
-    """I420 rows of the real arm episodes, spread over 3 files (PyAV, as the host tier decodes them)."""
-    from robocache.frames.ingest import ingest_videos
-    files = sorted(REAL.glob("episode_*.mp4"))[:3]
-    if not files:
-        raise SystemExit(f"no CR5 episodes under {REAL} (set ROBOCACHE_DATA)")
-    got = ingest_videos([str(f) for f in files], tier="host", cache=False, resize=size, show_progress=False)
-    rows = got.data.numpy()
-    take = np.linspace(0, len(rows) - 1, min(frames, len(rows))).round().astype(np.int64)
-    return np.ascontiguousarray(rows[take]), got.spec.height, got.spec.width
 
 
 def generated_rows(n, h, w, seed=0):

@@ -428,7 +428,7 @@ def compressed_part(args, dev, pool, pdata, poff, eps, times, res, save):
     """The set in the compressed (JPEG) tier, in each --jpeg-layout: samples/s per nvJPEG backend at
     --batch and 4x, and the step costs. Returns a fixed batch (for the paired step costs) and the loaders
     (kept for the host part)."""
-    E, B = len(eps), args.batch
+    E = len(eps)
     fixed_batch, loaders = None, {}
     res["robocache_compressed"], res["set"] = {}, {}
     for layout in args.jpeg_layout:
@@ -489,7 +489,7 @@ def step_part(args, dev, name, loader, fixed_batch, res, save) -> None:
 
 def lossless_pool(args):
     """I420 frames the lossless set is laid out from, and what they are."""
-    from bench_lossless import REAL, real_rows
+    from real_frames import REAL, real_rows
     kind = args.lossless_pool or ("real" if any(REAL.glob("episode_*.mp4")) else "generated")
     if kind == "real":
         rows, h, w = real_rows(300, (H, W))

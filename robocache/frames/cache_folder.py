@@ -11,6 +11,11 @@ its pid means in whatever container):
 
 An entry held in any of these ways is never evicted nor cleared; a temporary file nobody locks is an
 orphan of a killed build and is removed.
+
+The holder of a ``.lock`` writes who it is into the file (pid, uid, host, since when, thread). A load
+that waits on it says so after LOCK_WARN_AFTER seconds (LockWaitWarning: the holder, whether it is
+stopped, what to do) and gives up after ROBOCACHE_LOCK_TIMEOUT seconds (LockTimeout); it never takes
+the lock from a holder, stopped or not (docs/reliability.md, "Guarantees and limits").
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import contextlib
 import datetime
 import glob
 import json
+import math
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,9 +87,9 @@ def human_bytes(n: float) -> str:
     return f"{x:.1f} TiB"
 
 
-def warn(message: str) -> None:
+def warn(message: str, category: type[CacheWarning] = CacheWarning) -> None:
     """A CacheWarning at the user's line (the load that met the entry), however deep the cache was reached."""
-    user_warning.warn(message, CacheWarning)
+    user_warning.warn(message, category)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,17 +97,23 @@ def warn(message: str) -> None:
 
 
 def lock_file(path: Path, *, wait: bool, shared: bool = False, create: bool = True,
-               probe: bool = False) -> int | None:
+              probe: bool = False, timeout: float | None = None) -> int | None:
     """An open descriptor holding a flock on ``path`` (exclusive, or shared); None when another holds a
     conflicting one (only when not ``wait``); -1 when there is nothing to lock: no such file (not
     ``create``), an unwritable directory, no fcntl. ``probe``: only whether the lock is free (-1) or
     held (None). A lock file removed and made again while this waited (``cache clear``, eviction) is
-    opened again, so two processes never hold locks on two files of one name."""
+    opened again, so two processes never hold locks on two files of one name.
+
+    An exclusive lock on a ``*.lock`` file records its holder in the file (``Holder``). ``wait``: a lock
+    still held after LOCK_WARN_AFTER seconds gives one LockWaitWarning naming the holder (pid, user,
+    since when, stopped or not; again when that changes), and after ``timeout`` seconds (None:
+    ROBOCACHE_LOCK_TIMEOUT, unset: no limit) a LockTimeout; see ``LockWait``."""
     try:
         import fcntl
     except ImportError:
         return -1
-    op = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB)
+    op = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    waiting: LockWait | None = None    # made when the lock is first found held (wait only)
     while True:
         try:
             fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o666)  # the umask decides
@@ -112,23 +125,256 @@ def lock_file(path: Path, *, wait: bool, shared: bool = False, create: bool = Tr
         except OSError:
             return -1
         try:
-            fcntl.flock(fd, op)
-        except BlockingIOError:
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    os.close(fd)
+                    return None
+                waiting = waiting or LockWait(path, timeout)
+                waiting.until_free(fd, op)
+        except LockTimeout:
             os.close(fd)
-            return None
+            raise
         except OSError:   # a filesystem without locks
             os.close(fd)
             return -1
+        except BaseException:   # KeyboardInterrupt while waiting
+            os.close(fd)
+            raise
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except OSError:
             same = False
         if same and not probe:
+            if not shared and path.suffix == ".lock":
+                Holder.record(fd)
             return fd
         os.close(fd)
         if same or not create:  # free; or the file went away once the lock was had: nothing to lock
             return -1
         # removed and perhaps made again meanwhile: the lock is taken on the file there now
+
+
+# ---------------------------------------------------------------------------------------------
+# who holds a lock, and waiting on one
+
+#: seconds a wait on an entry's lock may last before LockTimeout; unset or empty: no limit
+LOCK_TIMEOUT_ENV = "ROBOCACHE_LOCK_TIMEOUT"
+#: seconds of waiting on a lock before the LockWaitWarning that names its holder
+LOCK_WARN_AFTER = 2.0
+#: the holder record's size: written whole at offset 0 (padded), so a reader never sees half of two
+_RECORD_BYTES = 512
+
+
+class LockWaitWarning(CacheWarning):
+    """A load waits on a cache entry's lock that another process or thread holds; names the holder (pid,
+    user, since when, whether it is stopped) and what to do."""
+
+
+class LockTimeout(TimeoutError):
+    """A load waited ``ROBOCACHE_LOCK_TIMEOUT`` seconds on a cache entry's lock; the message names the entry,
+    the holder and the ways on."""
+
+
+def lock_timeout() -> float | None:
+    """ROBOCACHE_LOCK_TIMEOUT in seconds (0: give up at once when held); None when unset or empty."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:       # NaN too
+        raise ValueError(f"{LOCK_TIMEOUT_ENV}={text!r}: expected seconds (a number >= 0), or unset for no limit")
+    return value
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _proc(pid: int, name: str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read(4096)
+    except OSError:
+        return None
+
+
+@dataclass
+class Holder:
+    """Who holds a lock: the record its holder wrote into the lock file (``record``), checked against the
+    kernel's list of flocks (``/proc/locks``: a holder of an older version, or a descriptor a child
+    inherited, writes none). ``state``: "running", "stopped" (SIGSTOP, Ctrl-Z: it keeps the lock until
+    resumed or ended), "exiting", "gone" (its pid is no process: the lock is held by a descriptor
+    another process inherited), "elsewhere" (another host of a shared file system) or "unknown"."""
+
+    pid: int | None = None
+    uid: int | None = None
+    host: str = ""
+    since: float | None = None
+    thread: str = ""
+    command: str = ""
+    state: str = "unknown"
+
+    @staticmethod
+    def record(fd: int) -> None:
+        """Writes this process and thread into the lock file held at ``fd``; nothing when it cannot
+        (another user's file, opened read-only)."""
+        import socket
+        import threading
+        me = {"pid": os.getpid(), "uid": os.getuid() if hasattr(os, "getuid") else None, "host": socket.gethostname(),
+              "since": time.time(), "thread": threading.current_thread().name}
+        data = json.dumps(me).encode()[:_RECORD_BYTES].ljust(_RECORD_BYTES)
+        with contextlib.suppress(OSError):
+            os.pwrite(fd, data, 0)
+
+    @classmethod
+    def of(cls, fd: int) -> Holder:
+        """The holder of the lock on the file open at ``fd`` (best effort: fields it cannot tell stay unset)."""
+        import socket
+        h = cls()
+        with contextlib.suppress(OSError, *BAD_JSON):
+            raw = json.loads(os.pread(fd, _RECORD_BYTES, 0).decode())
+            h = cls(pid=int(raw["pid"]), uid=None if raw.get("uid") is None else int(raw["uid"]),
+                    host=str(raw.get("host", "")), since=float(raw["since"]), thread=str(raw.get("thread", "")))
+        here = socket.gethostname()
+        if h.host and h.host != here:
+            h.state = "elsewhere"
+            return h
+        pids = _flock_pids(fd)
+        if pids and h.pid not in pids:      # the record is an earlier holder's
+            h = cls(pid=pids[0], host=here)
+        if h.pid is None:
+            return h
+        stat = _proc(h.pid, "stat")
+        if stat is not None:
+            code = stat[stat.rfind(b")") + 2:][:1]
+            h.state = {b"T": "stopped", b"t": "stopped", b"Z": "exiting", b"X": "exiting"}.get(code, "running")
+            with contextlib.suppress(OSError):
+                h.uid = os.stat(f"/proc/{h.pid}").st_uid
+            h.command = " ".join((_proc(h.pid, "cmdline") or b"").replace(b"\0", b" ").decode(errors="replace")
+                                 .split())[:80]
+        elif os.path.isdir("/proc/self"):
+            h.state = "gone"
+        return h
+
+    def same_as(self, other: Holder) -> bool:
+        return (self.pid, self.host, self.state) == (other.pid, other.host, other.state)
+
+    def describe(self) -> str:
+        """"pid 1234 (python train.py) of user alice, stopped, since 2026-11-21 14:03:12 (35 s ago)"."""
+        if self.pid is None:
+            return "a process that left no record (an older robocache, or another tool)"
+        if self.pid == os.getpid() and self.state != "elsewhere":
+            who = "this process" + (f" (thread {self.thread!r})" if self.thread else "")
+        else:
+            who = f"pid {self.pid}" + (f" ({self.command})" if self.command else "")
+        if self.uid is not None:
+            who += f" of user {_user(self.uid)}"
+        if self.state == "elsewhere":
+            who += f" on host {self.host}"
+        elif self.state != "unknown":
+            who += f", {self.state}"
+        if self.since is not None:
+            when = datetime.datetime.fromtimestamp(self.since).isoformat(sep=" ", timespec="seconds")
+            who += f", since {when} ({max(0.0, time.time() - self.since):.0f} s ago)"
+        return who
+
+    def advice(self, gave_up: bool = False) -> str:
+        """What the waiting user can do, for this holder (``gave_up``: after a LockTimeout)."""
+        elsewhere = "load with a cache folder of your own (ROBOCACHE_CACHE_DIR) or without the cache (cache=False)"
+        if self.uid is not None and hasattr(os, "getuid") and self.uid != os.getuid():
+            return (f"another user's process, which robocache cannot resume or end: ask {_user(self.uid)}, or "
+                    f"{elsewhere}")
+        if self.state == "stopped":
+            return (f"it is stopped (Ctrl-Z or SIGSTOP) and keeps the lock until it goes on: resume it (`fg` in its "
+                    f"shell, or `kill -CONT {self.pid}`) or end it (`kill {self.pid}`); robocache never takes the lock "
+                    f"from it, as it may be writing the entry")
+        if self.state == "gone":
+            return ("the process that recorded it is gone and the kernel still sees the lock held: a process that "
+                    "inherited its descriptor holds it (`fuser` or `lsof` on the lock file names it)")
+        if self.state == "elsewhere":
+            return f"it runs on host {self.host} (a cache folder on a shared file system)" + \
+                (f"; wait for it, or {elsewhere}" if gave_up else "")
+        if gave_up:
+            return f"it is building or checking this entry: wait for it (a longer {LOCK_TIMEOUT_ENV}), or {elsewhere}"
+        return "it is building or checking this entry; the load goes on as soon as it is done"
+
+
+def _flock_pids(fd: int) -> list[int]:
+    """The pids the kernel lists (``/proc/locks``) as holding a flock on the file open at ``fd``; [] when
+    unknown (no /proc, or a holder in another pid namespace)."""
+    try:
+        ino = os.fstat(fd).st_ino
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; "1: -> FLOCK ..." is a blocked waiter
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(ino):
+            with contextlib.suppress(ValueError):
+                if int(parts[4]) > 0:
+                    pids.append(int(parts[4]))
+    return pids
+
+
+class LockWait:
+    """A wait on the lock of ``path`` that another holds: polls (a blocking flock cannot be given up),
+    after LOCK_WARN_AFTER seconds warns naming the holder (LockWaitWarning; again when the holder or its
+    state changes: stopped, resumed), and raises LockTimeout after ``timeout`` seconds (None:
+    ROBOCACHE_LOCK_TIMEOUT). Never takes the lock from its holder: a stopped process may be writing the
+    entry, and a dead one has no lock (the kernel drops it)."""
+
+    def __init__(self, path: Path, timeout: float | None):
+        self.path = path
+        self.timeout = lock_timeout() if timeout is None else float(timeout)
+        self.why = f" ({LOCK_TIMEOUT_ENV})" if timeout is None else ""    # where the limit comes from
+        self.start = time.monotonic()
+        self.told: Holder | None = None
+        self.look = LOCK_WARN_AFTER     # when to look at the holder next (seconds into the wait)
+
+    @property
+    def name(self) -> str:
+        return self.path.name.split(".", 1)[0]
+
+    def until_free(self, fd: int, op: int) -> None:
+        """Returns once ``fd`` holds the lock (``op``); LockTimeout past the deadline; OSError as flock raises."""
+        import fcntl
+        pause = 0.005
+        while True:
+            waited = time.monotonic() - self.start
+            if waited >= self.look:    # before the deadline: a wait past LOCK_WARN_AFTER warns, then times out
+                self.look = waited + 1.0    # /proc/locks can be long: once a second
+                h = Holder.of(fd)
+                if self.told is None or not h.same_as(self.told):
+                    self.told = h
+                    limit = (f"gives up after {self.timeout:g} s{self.why}" if self.timeout is not None
+                             else f"waits without limit ({LOCK_TIMEOUT_ENV} sets one, in seconds)")
+                    warn(f"robocache is waiting for the lock of cache entry {self.name} ({self.path}), held by "
+                         f"{h.describe()}: {h.advice()}. This load {limit}.", LockWaitWarning)
+            if self.timeout is not None and waited >= self.timeout:
+                h = Holder.of(fd)
+                raise LockTimeout(
+                    f"robocache gave up after {self.timeout:g} s{self.why} waiting for the lock of cache "
+                    f"entry {self.name} ({self.path}), held by {h.describe()}: {h.advice(gave_up=True)}")
+            rest = None if self.timeout is None else self.timeout - waited
+            time.sleep(max(0.0, min(pause, rest if rest is not None else pause)))
+            pause = min(pause * 2, 0.2)
+            try:
+                fcntl.flock(fd, op | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                continue
 
 
 def flock_new(fd: int) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +23,11 @@ import numpy as np
 from ._common import Episodes, ReaderError, check_times, infer_kind, require
 from .lerobot_images import decode_image_column, is_depth_map
 from .lerobot_info import check_fps, check_info, check_template, chunks_size, inside, unlisted_videos
+from .lerobot_stats import pooled_episode_stats, stats_json
 from ..video import VideoSource
 
 #: parquet columns that index rows rather than hold data (LeRobot bookkeeping)
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
-STATS_KEYS = ("min", "max", "mean", "std", "q01", "q99")
 
 
 @dataclass
@@ -134,35 +133,16 @@ def _feature_names(feature: dict, dim: int | None):
     return out
 
 
-def read_stats(root: Path) -> dict:
-    """meta/stats.json (v2.0, v3.0, GR00T) or, failing that, meta/episodes_stats.jsonl (v2.1)
-    aggregated over episodes as LeRobot does (count-weighted mean, pooled std, min of mins, max
-    of maxes; quantiles cannot be pooled and are left out). {} when neither file exists."""
-    meta = root / "meta"
+def read_stats(root: Path, features: dict | None = None) -> dict:
+    """meta/stats.json (v2.0, v3.0, GR00T) or, failing that, meta/episodes_stats.jsonl (v2.1) pooled
+    over episodes as LeRobot does; each statistic checked against ``features`` (info.json's) as
+    lerobot_stats.py says. {} when neither file exists."""
+    meta = Path(root) / "meta"
     if (meta / "stats.json").is_file():
-        raw = load_json(meta / "stats.json")
-        return {k: {s: np.asarray(v[s], dtype=np.float64) for s in v if s in STATS_KEYS}
-                for k, v in raw.items() if isinstance(v, dict)}
+        return stats_json(load_json(meta / "stats.json"), meta / "stats.json", features or {})
     if (meta / "episodes_stats.jsonl").is_file():
-        per = defaultdict(list)
-        for row in load_jsonl(meta / "episodes_stats.jsonl"):
-            for k, st in row.get("stats", {}).items():
-                per[k].append(st)
-        out = {}
-        for k, sts in per.items():
-            try:
-                cnt = np.array([np.asarray(s["count"], dtype=np.float64).reshape(-1)[0] for s in sts])
-                means = np.stack([np.asarray(s["mean"], dtype=np.float64) for s in sts])
-                stds = np.stack([np.asarray(s["std"], dtype=np.float64) for s in sts])
-                w = (cnt / cnt.sum()).reshape((-1,) + (1,) * (means.ndim - 1))
-                mean = (w * means).sum(0)
-                var = (w * (stds ** 2 + (means - mean) ** 2)).sum(0)
-                out[k] = {"min": np.min(np.stack([np.asarray(s["min"], dtype=np.float64) for s in sts]), 0),
-                          "max": np.max(np.stack([np.asarray(s["max"], dtype=np.float64) for s in sts]), 0),
-                          "mean": mean, "std": np.sqrt(var)}
-            except (KeyError, ValueError, IndexError):
-                continue  # a feature without complete stats: the Dataset computes its own
-        return out
+        path = meta / "episodes_stats.jsonl"
+        return pooled_episode_stats(load_jsonl(path), path, features or {})
     return {}
 
 
@@ -314,7 +294,7 @@ def read_lerobot(path, *, load_video: bool = True, episodes=None, modality_subke
 
     # --- GR00T modality sub-keys: sliced copies sharing the parent's times
     aliases = read_modality(root)
-    stats = read_stats(root)
+    stats = read_stats(root, features)
     if modality_subkeys:
         for alias, (orig, start, end) in aliases.items():
             if start is None or orig not in out_eps[0]:

@@ -16,13 +16,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._util import ReaderError, dtype_name, progress, resolve_device
+from ._util import dtype_name, progress, resolve_device
 from ._util import torch as _torch
 from .frames.store import FrameStore
 from .stream import COPY_MODES, DEFAULT_MODES, KINDS, MODES, Stream
 from .user_warning import warn
 
-__all__ = ["EpisodeBuilder", "check_span_times", "check_spans"]
+__all__ = ["EpisodeBuilder"]
 
 
 @dataclass
@@ -385,29 +385,3 @@ class EpisodeBuilder:
             raise ValueError(f"{self.where(e, name)}: time at index {j} is not finite ({float(times[i])})")
         raise ValueError(f"{self.where(e, name)}: times decrease at index {j} "
                          f"({float(times[i - 1]):.9g} -> {float(times[i]):.9g})")
-
-
-# ----------------------------------------------------------------------------
-# the dataset
-
-
-def check_spans(video: dict, counts, ids) -> None:
-    """A LeRobot v3.0 episode's span of a shared mp4 must hold one frame per parquet row: else the span and
-    the rows describe different things (a wrong from/to_timestamp), and no frame could be trusted."""
-    for src, n, rows, e in zip(video["sources"], counts, video["rows"], ids):
-        if not src.whole and int(n) != int(rows):
-            raise ReaderError(f"{src}, episode {e}: the span [from_timestamp, to_timestamp) holds {int(n)} video "
-                              f"frames, the episode has {int(rows)} rows in the data files")
-
-
-def check_span_times(where: str, frame_t, parquet_t, fps: float) -> None:
-    """Each frame of a v3.0 span within 1/fps of its row's timestamp (the frame LeRobot would pick)."""
-    if len(frame_t) != len(parquet_t) or not len(frame_t):
-        return
-    d = np.abs(np.asarray(frame_t, np.float64) - np.asarray(parquet_t, np.float64))
-    k = int(np.argmax(d))
-    if d[k] > 1.0 / fps:
-        raise ReaderError(f"{where}: frame {k} is at {frame_t[k]:.4f} s from the span's start, its row's "
-                          f"timestamp is {parquet_t[k]:.4f} s ({d[k]:.4f} s apart, more than 1/fps = "
-                          f"{1.0 / fps:.4f} s)")
-

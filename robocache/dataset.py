@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import math
-import warnings
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 from ._C import resample as _resample
 from ._util import dtype_name, fmt_bytes, fmt_seconds, plural, resolve_device
 from ._util import torch as _torch
-from .build import EpisodeBuilder, check_span_times, check_spans
+from .build import EpisodeBuilder
 from .identity import lerobot_index
 from .shard import lerobot_shard as _lerobot_shard    # (its name before it moved to shard.py)
 from .stream import Episode, PointClouds, Stream, Streams  # PointClouds: public here as before the split
@@ -145,9 +144,10 @@ class Dataset:
         return cls(streams, eps, device=builder.device, time_origin_ns=origin, source=source)
 
     @classmethod
-    def _from_read(cls, eps, device, validate: bool) -> "Dataset":
-        """A Dataset from a reader's ``Episodes`` (readers return plain episode data)."""
-        return cls._with_task_table(cls.from_episodes(eps.episodes, device=device, validate=validate,
+    def _from_read(cls, eps, device, validate: bool, frames: Mapping[str, tuple] | None = None) -> "Dataset":
+        """A Dataset from a reader's ``Episodes`` (readers return plain episode data), with the frame stores
+        its videos were loaded into (``robocache.frames.videos.load_reader_videos``) when it has any."""
+        return cls._with_task_table(cls.from_episodes(eps.episodes, device=device, validate=validate, frames=frames,
                                                       episode_index=eps.extra.get("episode_index"),
                                                       **eps.kwargs()), eps)
 
@@ -199,7 +199,16 @@ class Dataset:
         video_timestamps : "pts" or "parquet"
             Frame times from the video's pts (default; what LeRobot/GR00T's decoders match the
             ``timestamp`` column against), or the parquet ``timestamp`` of the row with the same
-            index (needs one frame per row).
+            index (needs one frame per row; row i is frame i, whatever the times). With "pts", each
+            episode's timestamps are checked against its frames' times by LeRobot's rule: a frame within its
+            ``tolerance_s`` (1e-4 s) of each row's timestamp, a row within a frame past the video's end taking
+            the last frame (GR00T's PickNPlace), and with a frame per row, the rows stepping as the frames do.
+            The message names the file, the episode, the first row off and both times. An error (ReaderError)
+            where no frame of the episode could be trusted: timestamps in milliseconds (or us, ns), or no row
+            on a frame (a shifted clock). A warning where rows are off from some row on, or here and there (a
+            gap in the timestamps the video does not have: frames dropped while recording can be meant): those
+            rows get the frame nearest their timestamp; "parquet" pairs them by index instead. In either
+            mode a v3.0 episode's rows more than 1/fps from its span's frames are an error.
         show_progress : bool, optional
             Progress bar for video decoding (default: when stderr is a TTY and tqdm is installed).
         frames : "auto", "device", "host", "disk", "lossless", "compressed" or dict stream -> tier
@@ -235,13 +244,14 @@ class Dataset:
         Streams keep LeRobot's keys (``observation.state``, ``action``,
         ``observation.images.ego_view``); times are the ``timestamp`` column (seconds).
         """
+        from .frames.videos import load_reader_videos
         from .readers import lerobot_root, read_lerobot
         from .video import check_resize, resolve_backend
+        from .video.times import check_timestamps_mode
         video_resize = check_resize(video_resize)
         if load_video:
             resolve_backend(video_backend)      # a bad name or no decoder: before anything is read
-        if video_timestamps not in ("pts", "parquet"):
-            raise ValueError(f"video_timestamps must be 'pts' or 'parquet', got {video_timestamps!r}")
+        check_timestamps_mode(video_timestamps)
         path = lerobot_root(path)           # a folder, or a Hub repo id LeRobot has downloaded
         shard = None
         if shard_episodes:
@@ -249,39 +259,13 @@ class Dataset:
         eps = read_lerobot(path, load_video=load_video, episodes=episodes, modality_subkeys=modality_subkeys,
                            annotations=annotations, max_workers=max_workers, missing_files=missing_files,
                            missing_videos=missing_videos)
-        videos = eps.extra.get("videos") or {}
-        if not videos:
-            ds = cls._from_read(eps, device, validate)
-            ds.shard = shard
-            return ds
-        from .frames.videos import load_videos
-        dev = resolve_device(device)
-        other = sum(np.asarray(v).nbytes + np.asarray(t).nbytes for ep in eps.episodes for v, t in ep.values()
-                    if not isinstance(v, list))
-        ids = eps.extra["episode_index"]
-        loaded = load_videos({k: v["sources"] for k, v in videos.items()}, device=dev, frames=frames,
-                             device_memory=device_memory, host_memory=host_memory, resize=video_resize,
-                             backend=video_backend, cache=cache, workers=max_workers, show_progress=show_progress,
-                             other_device_bytes=other, source=str(path), jpeg_qscale=jpeg_qscale,
-                             check=lambda k, counts: check_spans(videos[k], counts, ids))
-        stored = {}
-        for k, (store, times) in loaded.items():
-            for i, (t, rows, src) in enumerate(zip(times, videos[k]["rows"], videos[k]["sources"])):
-                where = f"{src}, episode {ids[i]}"
-                parquet_t = next(iter(eps.episodes[i].values()))[1] if eps.episodes[i] else None
-                if not src.whole and parquet_t is not None:
-                    check_span_times(where, t, parquet_t, videos[k]["fps"])
-                if video_timestamps == "parquet":
-                    if len(t) != rows:
-                        raise ValueError(f"{where}: video_timestamps='parquet' needs one frame per row, the video "
-                                         f"has {len(t)} frames and the parquet {rows} rows")
-                    times[i] = parquet_t
-                elif len(t) != rows:
-                    warnings.warn(f"{where}: {len(t)} video frames for {rows} parquet rows", stacklevel=2)
-            stored[k] = (store, times)
-        ds = cls._with_task_table(cls.from_episodes(eps.episodes, device=dev, validate=validate, frames=stored,
-                                                    episode_index=eps.extra.get("episode_index"),
-                                                    **eps.kwargs()), eps)
+        device = resolve_device(device)
+        stored = load_reader_videos(eps.extra.get("videos") or {}, eps.episodes, eps.extra.get("episode_index"),
+                                    video_timestamps=video_timestamps, device=device, source=str(path), frames=frames,
+                                    device_memory=device_memory, host_memory=host_memory, resize=video_resize,
+                                    backend=video_backend, cache=cache, workers=max_workers,
+                                    show_progress=show_progress, jpeg_qscale=jpeg_qscale)
+        ds = cls._from_read(eps, device, validate, frames=stored or None)
         ds.shard = shard
         return ds
 

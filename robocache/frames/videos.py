@@ -1,5 +1,9 @@
 """Video streams into frame stores: probe every source (metadata only), make the memory plan, then ingest
-each stream into the tier the plan gave it (decoded in parallel, or mapped from the cache)."""
+each stream into the tier the plan gave it (decoded in parallel, or mapped from the cache).
+
+``load_reader_videos`` is the one way a reader's videos become a Dataset's frames, whatever the reader: the
+sources loaded, each episode's frame times checked against its rows' times and kept as the caller chose
+(``robocache.video.times``), ready for ``Dataset.from_episodes(frames=...)``."""
 
 from __future__ import annotations
 
@@ -12,10 +16,36 @@ from . import atlas
 from .atlas import TimesDiffer
 from .compress import ingest_atlas, ingest_compressed
 from ..video import probe_sources
+from ..video.times import check_span_counts, reconcile
 from .ingest import cached_layout, ingest_videos, reused_layout
 from .jpeg import check_qscale
 from .plan import Need, budgets, plan
 from .store import FrameStore
+
+
+def load_reader_videos(videos: Mapping[str, dict], episodes: Sequence[Mapping], ids: Sequence[int] | None, *,
+                       video_timestamps: str = "pts", device, source: str = "", **options) -> dict:
+    """``{stream: (FrameStore, [frame times per episode])}`` of the videos a reader returned; ``{}`` for none.
+
+    ``videos``: the reader's ``{stream: {"sources": [one VideoSource per episode], "fps": float, "rows": [rows
+    per episode]}}`` (LeRobot's ``extra["videos"]``); ``episodes``: its ``[{stream: (values, times)}]``, whose
+    first stream's times are the episode's row times (a reader's row streams share one time column: LeRobot's
+    ``timestamp``) and whose bytes the memory plan leaves room for; ``ids``: the source's episode numbers,
+    named in errors (None: 0 .. E-1). A v3.0 span must hold a frame per row before anything is decoded;
+    ``video_timestamps`` ("pts" or "parquet") and the checks on each episode's times are
+    ``robocache.video.times.reconcile``'s. ``options``: ``load_videos``'s (frames, budgets, resize, backend,
+    cache, workers, ...).
+    """
+    if not videos:
+        return {}
+    ids = list(range(len(episodes))) if ids is None else list(ids)
+    other = sum(np.asarray(v).nbytes + np.asarray(t).nbytes for ep in episodes for v, t in ep.values()
+                if not isinstance(v, list))
+    loaded = load_videos({k: v["sources"] for k, v in videos.items()}, device=device, other_device_bytes=other,
+                         source=source, check=lambda k, counts: check_span_counts(videos[k], counts, ids), **options)
+    row_times = [next(iter(ep.values()))[1] if ep else None for ep in episodes]
+    return {k: (store, reconcile(k, times, videos[k], row_times, ids, video_timestamps))
+            for k, (store, times) in loaded.items()}
 
 
 def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device_memory=None,

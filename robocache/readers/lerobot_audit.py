@@ -6,7 +6,10 @@ before a load (ours, or LeRobot's tolerance checks) would stop on it.
 - its timestamps step by 1/fps within LeRobot's tolerance;
 - each camera's video holds one frame per row: v2.x the episode's own file (its header's frame count);
   v3.0 the episode's ``[from_timestamp, to_timestamp)`` span of a shared mp4, which must lie inside the
-  file, with the rows' timestamps inside the span and on its frames.
+  file, with the rows' timestamps inside the span;
+- each row's timestamp is on its frame (``robocache.video.times.check_episode``, the check a load makes, at
+  the level the load gives it: an error where no frame of the episode can be trusted, a warning for rows off
+  their frames from some row on; a v3.0 span's rows more than 1/fps off are an error, as the load raises).
 
 Videos are demuxed (packet times) or their headers read, never decoded. Where each file is comes from the
 reader's own rules (``episode_table``, ``video_file``, ``collect_rows``, ``unread_cameras``), so the doctor
@@ -25,9 +28,8 @@ from .lerobot import collect_rows, episode_table, expected_rows, open_info, read
 from .lerobot_info import chunks_size
 from ..video import VideoSource, frame_times, probe_video
 from ..video.source import span_bounds
+from ..video.times import TOLERANCE_S, check_episode
 
-#: LeRobot's default tolerance between a timestamp and the frame it asks for (seconds)
-LEROBOT_TOLERANCE_S = 1e-4
 #: the data columns the checks read (the values are the stream checks' job)
 ROW_COLUMNS = ("timestamp", "episode_index", "index")
 
@@ -76,12 +78,13 @@ def audit_lerobot(path) -> Audit:
             try:
                 vp = video_file(root, info, table, e, key, major, chunks)
             except ReaderError as err:
-                a.add("error", root / "meta" / "episodes", "unreadable", str(err))
+                # v2.x has no meta/episodes folder: its video_path template is info.json's
+                a.add("error", root / "meta" / ("episodes" if major == 3 else "info.json"), "unreadable", str(err))
                 break
             if not vp.is_file():
                 gone.append((e, vp))
             elif major == 2:
-                _check_file(a, key, e, vp, n, fps)
+                _check_file(a, key, e, vp, ts, n, fps)
             else:
                 _check_span(a, key, e, vp, ts, n, table[e]["row"], fps, probed)
         if not gone:
@@ -163,19 +166,21 @@ def _check_rows(a: Audit, e: int, ts, n: int, f: Path, entry: dict, fps: float) 
     if (d < 0).any():
         a.add("error", f, "non_monotonic", f"episode {e}: timestamps go back in time at "
               f"{int(np.flatnonzero(d < 0)[0]) + 1}")
-    bad = np.abs(d - 1.0 / fps) > LEROBOT_TOLERANCE_S
+    bad = np.abs(d - 1.0 / fps) > TOLERANCE_S
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         a.add("error", f, "off_grid", f"episode {e}: {int(bad.sum())} timestamp steps are off the {fps:g} fps grid "
-              f"by more than {LEROBOT_TOLERANCE_S:g} s (first at row {i + 1}: {ts[i]:.6f} -> {ts[i + 1]:.6f}); "
+              f"by more than {TOLERANCE_S:g} s (first at row {i + 1}: {ts[i]:.6f} -> {ts[i + 1]:.6f}); "
               f"LeRobot raises a tolerance error there")
 
 
-def _check_file(a: Audit, key: str, e: int, vp: Path, n: int, fps: float) -> None:
-    """A v2.x episode's own video: one frame per row (its header's count), at the set's fps."""
+def _check_file(a: Audit, key: str, e: int, vp: Path, ts, n: int, fps: float) -> None:
+    """A v2.x episode's own video: one frame per row (its header's count), at the set's fps, each row's
+    timestamp on its frame (the frames' times demuxed, not decoded)."""
     try:
         got = probe_video(vp)
-        frames, vfps = got.frames or len(frame_times(vp)), got.fps or None
+        times = frame_times(vp)
+        frames, vfps = got.frames or len(times), got.fps or None
     except (ReaderError, ImportError, ValueError, OSError) as err:
         a.add("error", vp, "unreadable", f"cannot open the video: {err}")
         return
@@ -184,6 +189,22 @@ def _check_file(a: Audit, key: str, e: int, vp: Path, n: int, fps: float) -> Non
         a.add("error", vp, "frame_count", f"episode {e}: {frames} video frames, {n} parquet rows")
     if vfps and abs(vfps - fps) > 1e-3:
         a.add("warning", vp, "fps", f"video at {vfps:g} fps, meta/info.json says {fps:g}")
+    if ts is not None:
+        _check_times(a, key, e, vp, ts, times)
+
+
+def _check_times(a: Audit, key: str, e: int, vp: Path, ts, frame_t, span_fps: float | None = None) -> None:
+    """Each row's timestamp on its frame of camera ``key``, by the load's own check and at its level; for a
+    v3.0 span (``span_fps``), rows more than 1/fps from their frames are an error (the load raises there)."""
+    found = check_episode(ts, frame_t, episode=e)
+    if found is None:
+        return
+    level = found.level
+    if span_fps and len(ts) == len(frame_t) and float(np.abs(np.asarray(ts) - frame_t).max()) > 1.0 / span_fps:
+        level = "error"
+    lerobot = ("LeRobot's decoder raises a tolerance error on the rows with no frame" if found.far else
+               "LeRobot's decoder gives those rows other frames without a word")
+    a.add(level, vp, "frame_times", f"camera '{key}', {found.message}; {lerobot}")
 
 
 def _check_span(a: Audit, key: str, e: int, vp: Path, ts, n: int, row: dict, fps: float, probed: dict) -> None:
@@ -226,13 +247,8 @@ def _check_span(a: Audit, key: str, e: int, vp: Path, ts, n: int, row: dict, fps
     if out.any():
         a.add("error", vp, "outside_span", f"episode {e}: {int(out.sum())} row timestamps lie outside the span "
               f"[{t0:g}, {t1:g}) s of camera '{key}' ({ts[0]:g} .. {ts[-1]:g} s into an episode of {t1 - t0:g} s)")
-    elif len(kept) == n and n:
-        d = np.abs(kept - ts)
-        k = int(np.argmax(d))
-        if d[k] > LEROBOT_TOLERANCE_S:
-            a.add("error", vp, "frame_times", f"episode {e}: row {k} is at {ts[k]:.6f} s, its frame of camera "
-                  f"'{key}' at {kept[k]:.6f} s into the span ({d[k]:.4g} s apart); LeRobot raises a tolerance "
-                  f"error there")
+    elif len(kept) == n:
+        _check_times(a, key, e, vp, ts, kept, span_fps=fps)
 
 
 def _ranges(xs) -> str:

@@ -9,6 +9,9 @@
                  the first) into a ``Rows`` sink; ``decode_video``, the in-memory sink.
 - ``rows.py``    ``Rows``: where a decoder's frames go (in place, or a ring handed over a chunk at a time).
 - ``layout.py``  ``FrameSpec``: a decoded frame's row (YUV 4:2:0 or RGB), and the planes' copy into it.
+- ``times.py``   frame times against row times: each episode's timestamps checked against its frames' (by
+                 LeRobot's ``tolerance_s`` rule) and the frame times a dataset keeps (``video_timestamps``);
+                 the load and the doctor share it.
 """
 
 from .decode import Job, decode_job, decode_video, decode_videos, make_jobs

@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 from conftest import mapped_file  # noqa: E402
 from robocache.frames import buffers as rc_buffers  # noqa: E402
 from robocache.frames import cache as rc_cache  # noqa: E402
+from robocache.frames import entry as rc_entry  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames import processes as rc_processes  # noqa: E402
 from robocache.frames import writes as rc_writes  # noqa: E402
@@ -138,11 +139,20 @@ def only_entry(cache_env):
 
 
 def no_decoding(monkeypatch):
-    """Makes any decode or probe fail: a result must then come from the cache."""
+    """Makes any decode or demux fail, and any probe but one header read (the check of a cache entry reads
+    its first file's, for the frame size and color facts the entry records): a result must then come from
+    the cache. Returns the files whose header was read."""
     def boom(*a, **k):
         raise AssertionError("decoded although a valid cache entry exists")
     monkeypatch.setattr(rc_decode, "DECODERS", {k: boom for k in rc_decode.DECODERS})
-    monkeypatch.setattr(rc_video, "probe_video", boom)
+    monkeypatch.setattr(rc_video, "frame_times", boom)
+    headers, real = [], rc_video.probe_video
+
+    def header(path, **k):
+        headers.append(path)
+        return real(path, **k) if len(headers) == 1 else boom()
+    monkeypatch.setattr(rc_video, "probe_video", header)
+    return headers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,15 +419,16 @@ def test_cache_hit_does_not_decode(clips, tier, monkeypatch):
     paths = clips["av1"]
     first = ingest_videos(paths, tier="host")
     assert not first.from_cache
-    no_decoding(monkeypatch)
+    headers = no_decoding(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a valid entry: no warning either
         hit = ingest_videos(paths, tier=tier)
-    assert hit.from_cache and hit.cache_path == first.cache_path
+    assert hit.from_cache and hit.cache_path == first.cache_path and headers == [paths[0]]
     assert torch.equal(hit.data, first.data) and hit.spec == first.spec
     assert all(np.array_equal(a, b) for a, b in zip(hit.times, first.times))
     # the caller's plan (spec, counts) matching the entry: still a hit
     assert ingest_videos(paths, tier=tier, spec=first.spec, counts=first.counts).from_cache
+    assert headers == [paths[0]]      # the plan's spec: no file read at all
 
 
 def test_cache_miss_on_other_options(clips, monkeypatch):
@@ -436,7 +447,7 @@ def test_cache_false_neither_reads_nor_writes(clips, cache_env, monkeypatch):
     assert not res.from_cache and res.cache_path is None and entry_files(cache_env) == []
     ingest_videos(paths, tier="host")
     files = entry_files(cache_env)
-    monkeypatch.setattr(rc_cache.Entry, "validate", lambda *a, **k: pytest.fail("cache=False read the cache"))
+    monkeypatch.setattr(rc_entry, "check", lambda *a, **k: pytest.fail("cache=False read the cache"))
     res = ingest_videos(paths, tier="host", cache=False)
     assert not res.from_cache and entry_files(cache_env) == files
 

@@ -609,3 +609,81 @@ def test_private_import_checker(tmp_path):
     (pkg / "sub" / "c.py").write_text("from .._util import helper\nfrom pkg._util import _hidden\n")
     found = {(imp, name) for imp, name, _ in private_imports(pkg)}
     assert found == {("pkg.a", "pkg.b._secret"), ("pkg.b", "pkg.a._own"), ("pkg.sub.c", "pkg._util._hidden")}, found
+
+
+# ---------------------------------------------------------------------------------------------
+# tiers (issue 45): a tier is an object of robocache/frames/tiers/, never a name compared elsewhere
+
+TIER_NAMES = {"device", "host", "disk", "cpu", "compressed", "lossless"}
+
+
+def tier_comparisons(path: Path) -> list[str]:
+    """``x == "disk"``, ``tier in ("device", "cpu")``, ``t != "host"``...: comparisons of an expression
+    naming a tier (its text says ``tier``) with tier-name literals, as "line: source"."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        literals = set()
+        for s in sides:
+            items = s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s]
+            literals |= {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+        named = any("tier" in ast.unparse(s).lower() for s in sides
+                    if not isinstance(s, (ast.Constant, ast.Tuple, ast.List, ast.Set)))
+        if named and literals & TIER_NAMES:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_tier_names_are_compared_only_in_the_tier_registry():
+    """Adding a tier is one file in frames/tiers/ and one registration line: code that branches on a
+    tier's name would have to learn every new one, so it asks the tier object instead."""
+    registry = ROOT / "robocache" / "frames" / "tiers"
+    bad = {str(p.relative_to(ROOT)): found for p in sorted((ROOT / "robocache").rglob("*.py"))
+           if registry not in p.parents and (found := tier_comparisons(p))}
+    assert not bad, "tier names compared outside robocache/frames/tiers/:\n" + "\n".join(
+        f"  {f}:{line}" for f, lines in bad.items() for line in lines)
+
+
+def test_tier_comparison_checker_sees_the_forms(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('if tier == "disk": pass\nif store.tier in ("device", "cpu"): pass\n'
+                 'if dev.type == "cpu": pass\nif kind.on_gpu: pass\nif "lossless" != t_tier: pass\n')
+    assert [f.split(":")[0] for f in tier_comparisons(p)] == ["1", "2", "5"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the script folders (issue 45 item 6): benchmarks, tests, tools and examples import their siblings by
+# bare name (their folder is first on sys.path); no circle there either
+
+
+def script_import_graph(folder: Path) -> dict[str, dict[str, str]]:
+    """Stem -> {imported sibling stem: why} over every .py under ``folder`` (imports inside functions too)."""
+    files = {p.stem: p for p in sorted(folder.rglob("*.py")) if "__pycache__" not in p.parts}
+    graph: dict[str, dict[str, str]] = {stem: {} for stem in files}
+    for stem, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
+            for name in names:
+                first = name.split(".")[0]
+                if first in files and first != stem:
+                    add_edge(graph, stem, first, f"{path.relative_to(folder.parent)}:{node.lineno} import {name}")
+    return graph
+
+
+def test_script_folders_have_no_import_cycle():
+    for name in ("benchmarks", "tests", "tools", "examples"):
+        graph = script_import_graph(ROOT / name)
+        cycles = find_cycles(graph)
+        assert not cycles, f"import cycles in {name}/:\n" + describe(cycles, graph)
+
+
+def test_script_checker_finds_cycles(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    import b\n")
+    (tmp_path / "b.py").write_text("from a import f\n")
+    (tmp_path / "c.py").write_text("import a\n")
+    assert find_cycles(script_import_graph(tmp_path))

@@ -218,85 +218,110 @@ def code_atlas(cameras: list, spec, counts, rates: list, layout: AtlasLayout, qs
     An episode's K decoders run on K threads in lockstep: each hands over chunks of ``_CHUNK`` frames
     through a queue of two, so a worker holds a few frames per camera, whatever the episode's length.
     Raises TimesDiffer when a camera's frame times are not camera 0's."""
-    counts = np.asarray(counts, np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    K, fb = layout.cameras, spec.frame_bytes
-    frames: list = [None] * int(starts[-1])
-    times: list = [None] * len(counts)
-    stop = threading.Event()
-    bar = progress_bar(int(starts[-1]), desc, show_progress)
+    bar = progress_bar(int(np.sum(counts)), desc, show_progress)
+    coding = _AtlasCoding(cameras, spec, counts, rates, layout, encode, bar)
+    t0 = time.perf_counter()
+    try:
+        # K decoder threads per episode: episodes at once so that decoders ~ cores
+        with ThreadPoolExecutor(max(1, (workers or cpu_count()) // layout.cameras or 1),
+                                thread_name_prefix="robocache-atlas") as pool:
+            list(pool.map(coding.episode, range(len(counts))))
+    finally:
+        if bar is not None:
+            bar.close()
+    if any(f is None for f in coding.frames):
+        raise RuntimeError(f"atlas coding stopped after {time.perf_counter() - t0:.1f} s with frames missing")
+    return coding.frames, coding.times
 
-    def camera(k: int, e: int, out: queue.Queue) -> None:
-        def hand(item):
-            while not stop.is_set():
-                try:
-                    out.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    pass
 
-        try:
-            ring = np.empty((2 * _CHUNK, fb), np.uint8)
-            job = Job([cameras[k][e]], [counts[e]], [0], [e], rates[k][e])
-            rows = Rows(job.n, ring, flush=lambda first, sl: hand((first, ring[sl].copy())))
-            got = decode_job("pyav", job, rows, spec, threads=1, stop=stop)
-            if got is not None:
-                rows.finish(job.n)
-            hand(("times", None if got is None else got[0]))
-        except BaseException as exc:  # noqa: BLE001 (handed to the consumer, which raises it)
-            hand(("error", exc))
+class _AtlasCoding:
+    """The atlases of every episode: ``frames`` (store order) and ``times`` (per episode) as they are coded;
+    ``stop`` set by the first error, which every decoder sees at its next frame."""
 
-    def episode(e: int) -> None:
-        if stop.is_set():
+    def __init__(self, cameras: list, spec, counts, rates: list, layout: AtlasLayout, encode, bar):
+        self.cameras, self.spec, self.rates, self.layout = cameras, spec, rates, layout
+        self.encode, self.bar = encode, bar
+        self.counts = np.asarray(counts, np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self.frames: list = [None] * int(self.starts[-1])
+        self.times: list = [None] * len(self.counts)
+        self.stop = threading.Event()
+
+    def episode(self, e: int) -> None:
+        """Episode e: its K cameras decoded on K threads of their own, each chunk of timesteps coded here."""
+        if self.stop.is_set():
             return
+        K = self.layout.cameras
         queues: list[queue.Queue] = [queue.Queue(maxsize=2) for _ in range(K)]
-        threads = [threading.Thread(target=camera, args=(k, e, q), name=f"robocache-atlas-{k}", daemon=True)
+        threads = [threading.Thread(target=self.camera, args=(k, e, q), name=f"robocache-atlas-{k}", daemon=True)
                    for k, q in enumerate(queues)]
         for t in threads:
             t.start()
-        tick = Ticker(bar)
+        tick = Ticker(self.bar)
         try:
             while True:
-                got = [_take(q, stop) for q in queues]
+                got = [_take(q, self.stop) for q in queues]
                 for item in got:
                     if item[0] == "error":
                         raise item[1]
                 tags = {item[0] for item in got}
                 if tags == {"times"}:
-                    ts = [item[1] for item in got]
-                    if any(t is None for t in ts):
-                        return
-                    for k in range(1, K):
-                        if len(ts[k]) != len(ts[0]) or not np.allclose(ts[k], ts[0], rtol=0, atol=1e-6):
-                            raise TimesDiffer(f"episode {e}: camera {k}'s frame times differ from camera 0's")
-                    times[e] = ts[0]
+                    self.finished(e, [item[1] for item in got])
                     return
-                if "times" in tags or len({item[0] for item in got}) != 1:
+                if "times" in tags or len(tags) != 1:
                     raise RuntimeError(f"episode {e}: the cameras' decoders fell out of step")
-                first = got[0][0]
-                bits = encode(layout.compose([item[1] for item in got]))
-                at = int(starts[e]) + first
-                frames[at:at + len(bits)] = bits
+                bits = self.encode(self.layout.compose([item[1] for item in got]))
+                at = int(self.starts[e]) + got[0][0]
+                self.frames[at:at + len(bits)] = bits
                 tick(len(bits))
         except BaseException:
-            stop.set()
+            self.stop.set()
             raise
         finally:
             tick.flush()
             for t in threads:
                 t.join()
 
-    t0 = time.perf_counter()
-    try:
-        # K decoder threads per episode: episodes at once so that decoders ~ cores
-        with ThreadPoolExecutor(max(1, (workers or cpu_count()) // K or 1), thread_name_prefix="robocache-atlas") as pool:
-            list(pool.map(episode, range(len(counts))))
-    finally:
-        if bar is not None:
-            bar.close()
-    if any(f is None for f in frames):
-        raise RuntimeError(f"atlas coding stopped after {time.perf_counter() - t0:.1f} s with frames missing")
-    return frames, times
+    def finished(self, e: int, ts: list) -> None:
+        """Episode e's cameras all decoded, with frame times ``ts`` (None: stopped)."""
+        if any(t is None for t in ts):
+            return
+        for k in range(1, len(ts)):
+            if len(ts[k]) != len(ts[0]) or not np.allclose(ts[k], ts[0], rtol=0, atol=1e-6):
+                raise TimesDiffer(f"episode {e}: camera {k}'s frame times differ from camera 0's")
+        self.times[e] = ts[0]
+
+    def camera(self, k: int, e: int, out: queue.Queue) -> None:
+        """Camera k's source of episode e decoded into a ring of two chunks, each chunk handed to ``out``
+        (``(first, rows)``), then ``("times", its frame times)`` or ``("error", exception)``."""
+        try:
+            ring = np.empty((2 * _CHUNK, self.spec.frame_bytes), np.uint8)
+            job = Job([self.cameras[k][e]], [self.counts[e]], [0], [e], self.rates[k][e])
+            rows = Rows(job.n, ring, flush=_HandOver(ring, out, self).rows)
+            got = decode_job("pyav", job, rows, self.spec, threads=1, stop=self.stop)
+            if got is not None:
+                rows.finish(job.n)
+            self.hand(out, ("times", None if got is None else got[0]))
+        except BaseException as exc:  # noqa: BLE001 (handed to the consumer, which raises it)
+            self.hand(out, ("error", exc))
+
+    def hand(self, out: queue.Queue, item) -> None:
+        while not self.stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                pass
+
+
+class _HandOver:
+    """A camera decoder's ring: each completed chunk copied out and handed to its episode's coder."""
+
+    def __init__(self, ring: np.ndarray, out: queue.Queue, coding: _AtlasCoding):
+        self.ring, self.out, self.coding = ring, out, coding
+
+    def rows(self, first: int, sl: slice) -> None:
+        self.coding.hand(self.out, (first, self.ring[sl].copy()))
 
 
 def _take(q: queue.Queue, stop: threading.Event):

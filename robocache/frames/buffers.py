@@ -16,6 +16,7 @@ from ..video import FrameSpec
 from . import cache as _cache
 from .pinned import file_pages, pinned_empty, pinned_file
 from .plan import allocation_failed
+from .tiers import tier_of
 
 UPLOAD_CHUNK = 256 << 20  # cache -> device: two pinned chunks of this size, each read by several threads
 POPULATE_MIN_BYTES = 16 << 20  # smaller CPU host buffers come from torch's allocator
@@ -25,8 +26,9 @@ def torch_or_error():
     return require("torch", "torch", "robocache.frames (frame ingest)")
 
 
-def resolve_device(torch, tier, device):
-    if tier != "device":
+def ingest_device(torch, tier: str, device):
+    """The GPU a tier's ingest decodes into (None: the tier keeps its frames on the host), checked."""
+    if not tier_of(tier).on_gpu:
         if device is not None and torch.device(device).type != "cpu":
             raise ValueError(f"device={device!r} is for tier='device'; tier={tier!r} keeps frames on the CPU")
         return None

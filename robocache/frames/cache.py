@@ -28,7 +28,9 @@ The checksum is cheap on purpose (a load must stay >= 10x faster than decoding, 
 must not read the whole file to map it): blake2b over the counts, the frame size, the whole times
 file and the first, middle and last frame of every source file. With the size checks it catches a
 truncated or extended data file, a damaged times file or JSON, and any change to a sampled frame;
-a change inside another frame is not detected (docs/frames-ingest.md).
+a change inside another frame is not detected (docs/frames-ingest.md). What the checksum does not
+cover (frame size, color facts, sources) is checked against the sources: entry.py's ``check``, the one
+check an entry passes before its frames are used (by a load, the plan's look, a reuse's donors).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ from .cache_folder import (BAD_JSON, MAX_ENV, CacheWarning, Hold, Sweep, cache_d
 
 __all__ = ["BAD_JSON", "MAX_ENV", "CacheError", "CacheWarning", "Entry", "EntryWriter", "ForeignEntry", "Hold",
            "InvalidEntry", "Sweep", "cache_dir", "cache_max", "checksum", "clear", "entry_key", "entry_name",
-           "evict", "frames_dir", "human_bytes", "list_entries", "lookup", "main", "open_entry", "parse_size",
-           "peek", "sample_rows", "stat_sources", "sweep", "warn"]
+           "evict", "frames_dir", "human_bytes", "list_entries", "main", "open_entry", "parse_size",
+           "pread_row", "sample_rows", "stat_sources", "sweep", "touch", "warn"]
 
 FORMAT_VERSION = 2  # 2: the checksum hashes each sampled row's digest
 
@@ -68,7 +70,7 @@ class CacheError(OSError):
 
 
 class InvalidEntry(Exception):
-    """An entry that must not be read as data; the message says why."""
+    """An entry that must not be read as data; the message says why (and names the field: entry.check)."""
 
 
 class ForeignEntry(InvalidEntry):
@@ -170,7 +172,7 @@ def checksum(read_row, counts, frame_bytes: int, times: np.ndarray, offsets=None
     return h.hexdigest()
 
 
-def _pread_row(fd, frame_bytes, offsets=None):
+def pread_row(fd, frame_bytes, offsets=None):
     """read(r) -> row r's bytes: fixed rows of frame_bytes, or spans offsets[r]:offsets[r+1]."""
     def read(r):
         at, size = (r * frame_bytes, frame_bytes) if offsets is None else \
@@ -188,11 +190,10 @@ def _pread_row(fd, frame_bytes, offsets=None):
 
 @dataclass
 class Entry:
-    """One slot of the cache; ``meta`` is the parsed JSON once ``validate`` accepted it."""
+    """One slot of the cache: its files and its lock (entry.check says whether its frames may be used)."""
 
     name: str
     root: Path
-    meta: dict | None = None
 
     @property
     def data_path(self) -> Path:
@@ -255,68 +256,6 @@ class Entry:
         """cache_folder.claim of this entry: None with its lock taken when no process holds it, else why."""
         return claim(self.root, self.name)
 
-    def validate(self, key: str, *, spec: dict | None = None, counts=None):
-        """(meta, times) of a complete, current and intact entry; raises InvalidEntry(why) otherwise,
-        FileNotFoundError when there is no entry."""
-        try:
-            raw = self.meta_path.read_bytes()
-        except NotADirectoryError as e:  # the cache dir is a file: there is no entry
-            raise FileNotFoundError(str(e)) from None
-        check_owner((self.meta_path, self.data_path, self.times_path, self.offsets_path))
-        try:
-            meta = json.loads(raw.decode("utf-8"))
-            if not isinstance(meta, dict):
-                raise ValueError("not an object")
-            version, complete = meta["version"], meta["complete"]
-            m_key, m_spec = meta["key"], meta["spec"]
-            m_counts = np.asarray(meta["counts"], dtype=np.int64)
-            total, frame_bytes, digest = int(meta["total_bytes"]), int(m_spec["frame_bytes"]), meta["checksum"]
-        except BAD_JSON as e:  # UnicodeDecodeError and JSONDecodeError included
-            raise InvalidEntry(f"corrupted metadata ({type(e).__name__}: {e})") from None
-        if version != FORMAT_VERSION:
-            raise InvalidEntry(f"written by cache format {version}, this robocache reads {FORMAT_VERSION}")
-        if complete is not True:
-            raise InvalidEntry("incomplete")
-        if m_key != key:
-            raise InvalidEntry("stale (a source file changed since it was written)")
-        spans = m_spec.get("format") in ("jpeg", "lossless")   # coded: variable-size frames, an offsets file
-        if m_counts.ndim != 1 or (m_counts < 0).any() or (not spans and int(m_counts.sum()) * frame_bytes != total):
-            raise InvalidEntry("corrupted metadata (counts and total_bytes disagree)")
-        if spec is not None and {k: m_spec.get(k) for k in spec} != spec:
-            raise InvalidEntry(f"stale (frame format {m_spec} differs from the requested {spec})")
-        if counts is not None and not np.array_equal(np.asarray(counts, np.int64), m_counts):
-            raise InvalidEntry("stale (frame counts differ from the source files')")
-        try:
-            size = self.data_path.stat().st_size
-        except FileNotFoundError:
-            raise InvalidEntry("missing its data file") from None
-        if size != total:
-            raise InvalidEntry(f"truncated (data file has {size} bytes, the entry {total})" if size < total
-                               else f"corrupted (data file has {size} bytes, the entry {total})")
-        try:
-            times = np.load(self.times_path, allow_pickle=False)
-        except Exception as e:  # missing, truncated, not an npy
-            raise InvalidEntry(f"has a damaged times file ({type(e).__name__}: {e})") from None
-        if times.dtype != np.float64 or times.shape != (int(m_counts.sum()),):
-            raise InvalidEntry(f"has a damaged times file ({times.dtype} {times.shape})")
-        offsets = None
-        if spans:
-            try:
-                offsets = np.load(self.offsets_path, allow_pickle=False)
-            except Exception as e:
-                raise InvalidEntry(f"has a damaged offsets file ({type(e).__name__}: {e})") from None
-            if (offsets.dtype != np.int64 or offsets.shape != (len(times) + 1,) or offsets[0] != 0
-                    or offsets[-1] != total or (np.diff(offsets) <= 0).any()):
-                raise InvalidEntry("has a damaged offsets file (not increasing spans of the data file)")
-        with open(self.data_path, "rb") as f:
-            got = checksum(_pread_row(f.fileno(), frame_bytes, offsets), m_counts, frame_bytes, times, offsets)
-        if got != digest:
-            raise InvalidEntry("corrupted (checksum mismatch)")
-        self.meta = meta
-        if spans:
-            meta["offsets"] = offsets   # in memory only: the loader needs them
-        return meta, times
-
     def remove(self) -> OSError | None:
         """Deletes the entry's files; the error where one could not be (a read-only or another user's
         cache dir), else None. The JSON goes first: whatever stays is no entry."""
@@ -328,46 +267,6 @@ class Entry:
             except OSError as e:
                 return e
         return None
-
-
-def lookup(entry: Entry, paths, options: dict, *, spec: dict | None, counts, redo: str):
-    """``(meta, times)`` of ``entry`` when it is valid for these sources and options; else None: no
-    entry, or an invalid one (warned about and removed), or an unreadable cache directory (warned
-    about). ``redo`` says in the warnings what happens instead ("decoding", "coding")."""
-    try:
-        key = entry_key(stat_sources(paths), options)
-        hit = entry.validate(key, spec=spec, counts=counts)
-        touch(entry.meta_path)
-        return hit
-    except FileNotFoundError:
-        return None
-    except ForeignEntry as e:
-        warn(f"robocache cache entry {entry.meta_path} is {e}; {redo} without it")
-        return None
-    except InvalidEntry as e:
-        failed = entry.remove()
-        # a read-only or another user's cache dir: the entry is skipped, the load goes on
-        warn(f"robocache cache entry {entry.meta_path} is {e}; " + (f"{redo} again and rebuilding it" if failed is None
-             else f"{redo} without it (it cannot be removed: {failed.strerror or failed})"))
-        return None
-    except OSError as e:  # unreadable cache dir: go on without it
-        warn(f"robocache cannot read its cache in {entry.root} ({e}); {redo}")
-        return None
-
-
-def peek(entry: Entry, paths, options: dict) -> dict | None:
-    """The metadata of ``entry`` when it looks current for these sources and options (complete, this
-    format, the key of the sources as they are now), without reading its data or checksum: the memory
-    plan's spec and counts on a reload, before the load validates the entry itself. None otherwise."""
-    try:
-        check_owner((entry.meta_path,))
-        meta = json.loads(entry.meta_path.read_bytes().decode("utf-8"))
-        if (isinstance(meta, dict) and meta.get("version") == FORMAT_VERSION and meta.get("complete") is True
-                and meta.get("key") == entry_key(stat_sources(paths), options)):
-            return meta
-    except (OSError, InvalidEntry, *BAD_JSON):
-        pass
-    return None
 
 
 def open_entry(paths, options: dict, label: str = "") -> Entry:
@@ -407,6 +306,7 @@ class EntryWriter:
         self._meta_tmp = self.root / f"{name}.json{tag}"
         self._offsets_tmp = self.root / f"{name}.offsets{tag}.npy"
         self._committed = False
+        self.meta: dict = {}   # the JSON, once committed
         self.dfd = -1
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)   # the umask decides
         try:
@@ -457,7 +357,7 @@ class EntryWriter:
         (JSON last). Returns the data path."""
         counts = np.asarray(counts, np.int64)
         frame_bytes = int(spec["frame_bytes"])
-        digest = checksum(_pread_row(self.fd, frame_bytes, offsets), counts, frame_bytes, times, offsets)
+        digest = checksum(pread_row(self.fd, frame_bytes, offsets), counts, frame_bytes, times, offsets)
         with open(self._times_tmp, "wb") as f:
             np.save(f, np.ascontiguousarray(times, np.float64), allow_pickle=False)
         if offsets is not None:
@@ -469,6 +369,7 @@ class EntryWriter:
                 "sources": sources, "options": options, "checksum": digest,
                 "checksum_covers": "counts, frame size, times, first/middle/last frame of each source"}
         self._meta_tmp.write_text(json.dumps(meta, indent=1))
+        self.meta = meta
         self._close_fds()
         final = self.root / f"{self.name}.frames"
         # the old entry's JSON goes first: from here until the new JSON lands there is no entry

@@ -8,26 +8,28 @@ instead of coding. ``ingest_atlas``: the sources of several cameras coded togeth
 Memory: a worker holds a few decoded frames (a ring of rows) and its file's bitstreams. When every file
 is coded, they are joined into one buffer and freed: the peak is twice the tier's bytes for that moment
 (compressed bytes: a small share of the decoded frames').
+
+Each entry point describes its stream as a sink (``CodedSink``, ``AtlasSink``); entry.py takes it through
+the cache entry's steps (lock, look up and check, reuse, decode, save, commit), as for every ingest.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from .._util import cpu_count, progress_bar
-from ..video import FrameSpec, Rows, Ticker, as_sources, decode_job, make_jobs, probe_sources
+from ..video import FrameSpec, Rows, as_sources, decode_job, make_jobs, probe_sources
 from . import cache as _cache
+from . import entry as _entry
 from . import reuse
-from .ingest import cache_options, file_rates, offsets_of, split_times
-from .jpeg import check_qscale, encode_sealed, pack
 from .atlas import AtlasLayout, code_atlas
+from .entry import Expect, Made, Sink, cache_options, entry_label, file_rates, offsets_of, split_times
+from .jpeg import check_qscale, encode_sealed, pack
 from .jpeg_check import CHECK, FrameOrigin, damaged_rows
 from .lossless import encode_rows as encode_lossless_rows
 from .pinned import file_pages, pinned_file
@@ -93,36 +95,12 @@ def ingest_compressed(sources, *, qscale: int | None = 2, resize=None, cache: bo
         raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
     qscale = check_qscale(qscale) if codec == "jpeg" else None
     sources = as_sources(sources)
-    paths = [s.path for s in sources]
     if spec is None:
         spec, counts, infos = probe_sources(sources, resize=resize, backend="pyav", workers=workers)
     if spec.format != "yuv420":
         raise ValueError(f"the {codec} tier codes YUV 4:2:0 frames from PyAV; this stream decodes to {spec.format}")
-    counts = np.asarray(counts, np.int64)
-    if codec == "jpeg":
-        options = cache_options(sources, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale)
-    else:
-        # the coded format's version (csrc/lossless_math.h's magic): another format is another entry
-        options = cache_options(sources, resize, "pyav", tier="lossless", codec="lossless", format="RCL1")
-    label = desc or os.path.basename(os.path.dirname(paths[0]))
-    entry = _cache.open_entry(paths, options, label) if cache else None
-    cspec = {**spec.to_dict(), "format": codec, "frame_bytes": 0, **({"check": CHECK} if codec == "jpeg" else {})}
-    with entry.lock() if entry is not None else contextlib.nullcontext():
-        origin = FrameOrigin(desc or label, [str(s) for s in sources], counts)
-        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin) if entry is not None else None
-        if got is None and entry is not None:
-            def code(rest: list[int]) -> reuse.Decoded:
-                sub = ingest_compressed([sources[i] for i in rest], qscale=qscale, resize=resize, cache=False,
-                                        workers=workers, show_progress=show_progress, desc=desc, spec=spec,
-                                        counts=counts[rest], infos=None if infos is None else [infos[i] for i in rest],
-                                        codec=codec)
-                return reuse.Decoded(sub.data, sub.counts, sub.times, cspec, sub.offsets)
-
-            if reuse.assemble(entry, sources, options, cspec, counts, code):    # rows other entries hold
-                got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin)
-        if got is None:
-            got = _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
-                            desc or label)
+    got = _entry.load(CodedSink(sources, spec, counts, infos, codec, qscale, resize, workers, show_progress, desc,
+                                host_budget), cache=cache)
     got.sources = [str(s) for s in sources]
     got.codec = codec
     got.seconds = time.perf_counter() - t0
@@ -142,147 +120,171 @@ def ingest_atlas(cameras: list, *, qscale: int = 2, resize=None, cache: bool = T
     cameras = [as_sources(c) for c in cameras]
     if spec.format != "yuv420":
         raise ValueError(f"the atlas codes YUV 4:2:0 frames from PyAV; these decode to {spec.format}")
-    layout = AtlasLayout(len(cameras), spec.height, spec.width)
-    counts = np.asarray(counts, np.int64)
-    flat = [s for c in cameras for s in c]
-    paths = [s.path for s in flat]
-    options = cache_options(flat, resize, "pyav", tier="compressed", codec="mjpeg", qscale=qscale,
-                            atlas=layout.cameras)
-    label = desc or os.path.basename(os.path.dirname(paths[0]))
-    entry = _cache.open_entry(paths, options, label) if cache else None
-    cspec = {**spec.to_dict(), "format": "jpeg", "frame_bytes": 0, "check": CHECK, "atlas": layout.cameras}
-    with entry.lock() if entry is not None else contextlib.nullcontext():
-        origin = FrameOrigin(desc or label, [str(s) for s in cameras[0]], counts)
-        got = _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin) if entry is not None else None
-        if got is None:
-            rates = [file_rates(c, None if infos is None else infos[k], "pyav") for k, c in enumerate(cameras)]
-            stats = _cache.stat_sources(paths) if entry is not None else None
-            frames, per_source = code_atlas(cameras, spec, counts, rates, layout, qscale,
-                                            lambda rows: encode_sealed(rows, layout.atlas_height, spec.width, qscale),
-                                            workers=workers, show_progress=show_progress, desc=desc or label)
-            got = _coded(frames, per_source, counts, spec, qscale, entry, paths, options, cspec, stats)
+    sink = AtlasSink(cameras, spec, counts, infos, qscale, resize, workers, show_progress, desc, host_budget)
+    got = _entry.load(sink, cache=cache)
     got.sources = [str(s) for s in cameras[0]]
-    got.atlas = layout
+    got.atlas = sink.layout
     got.seconds = time.perf_counter() - t0
-    got.frames_per_s = (len(got.offsets) - 1) * layout.cameras / got.seconds if got.seconds > 0 else float("inf")
+    got.frames_per_s = (len(got.offsets) - 1) * sink.layout.cameras / got.seconds if got.seconds > 0 else float("inf")
     return got
 
 
-def _load(entry, paths, options, cspec, counts, spec, qscale, host_budget, origin):
-    hit = _cache.lookup(entry, paths, options, spec=cspec, counts=counts, redo="coding")
-    if hit is None:
-        return None
-    meta, times = hit
-    offsets = meta["offsets"]
-    counts = np.asarray(meta["counts"], np.int64)
-    total = int(offsets[-1])
-    mapped = host_budget is not None and total > host_budget
-    if mapped:
-        data = np.memmap(entry.data_path, np.uint8, "r", shape=(total,))
-    else:
-        # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read);
-        # with a GPU, pinned in place (nvJPEG and the lossless decoder read them over the bus)
-        pages = pinned_file(entry.data_path, (total,)) if _cuda() else None
-        pages = pages if pages is not None else file_pages(entry.data_path, (total,))
-        data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
-        # in RAM: every frame's CRC now, so a damaged one is coded again before any batch (a mapped
-        # entry's frames are checked on first use instead: reading them all would read the whole file)
-        bad = damaged_rows(data, offsets) if cspec["format"] == "jpeg" else []   # lossless: no CRC (yet)
-        if len(bad):
-            failed = entry.remove()
-            _cache.warn(f"robocache cache entry {entry.meta_path} ({origin.stream}) has {len(bad)} damaged frames, "
-                        f"the first {origin.where(int(bad[0]))}; " +
-                        ("coding again and rebuilding it" if failed is None else
-                         f"coding without it (it cannot be removed: {failed.strerror or failed})"))
-            return None
-    entry.held_by(data)     # a map of the entry's file: not evicted nor cleared while it lives
-    return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, True,
-                      str(entry.data_path), mapped, checksum=meta["checksum"], checked=not mapped)
+# ---------------------------------------------------------------------------------------------
+# the sinks
+
+
+class CodedSink(Sink):
+    """One stream's frames as JPEG or lossless bitstreams (``ingest_compressed``): from its cache entry (in
+    RAM, every JPEG's CRC checked; or mapped, beyond ``host_budget``), or decoded a job per file on threads,
+    each frame coded in its worker's ring (``rows``), joined into one buffer and saved to the entry."""
+
+    redo = "coding"
+
+    def __init__(self, sources, spec: FrameSpec, counts, infos, codec: str, qscale, resize, workers, show_progress,
+                 desc: str, host_budget):
+        self.sources, self.spec, self.counts, self.infos = sources, spec, np.asarray(counts, np.int64), infos
+        self.codec, self.qscale, self.resize, self.workers = codec, qscale, resize, workers
+        self.show_progress, self.desc, self.host_budget = show_progress, desc, host_budget
+        self.options = self.entry_options()
+        self.label = entry_label(sources, desc)
+        self.cspec = {**spec.to_dict(), "format": codec, "frame_bytes": 0, **self.coded_spec()}
+        self.expect = Expect(self.cspec, self.counts)
+        self.origin = FrameOrigin(desc or self.label, [str(s) for s in sources], self.counts)
+
+    def entry_options(self) -> dict:
+        if self.codec == "jpeg":
+            return cache_options(self.sources, self.resize, "pyav", tier="compressed", codec="mjpeg",
+                                 qscale=self.qscale)
+        # the coded format's version (csrc/lossless_math.h's magic): another format is another entry
+        return cache_options(self.sources, self.resize, "pyav", tier="lossless", codec="lossless", format="RCL1")
+
+    def coded_spec(self) -> dict:
+        """What the entry's spec records of the coding besides the frames' (a JPEG's CRC seal)."""
+        return {"check": CHECK} if self.codec == "jpeg" else {}
+
+    def load(self, entry, meta, times, reused=0) -> Compressed | None:
+        offsets = meta["offsets"]
+        counts = np.asarray(meta["counts"], np.int64)
+        total = int(offsets[-1])
+        mapped = self.host_budget is not None and total > self.host_budget
+        data: np.ndarray
+        if mapped:
+            data = np.memmap(entry.data_path, np.uint8, "r", shape=(total,))
+        else:
+            # in RAM as the cache file's own pages, populated in one call (no fresh memory filled by a read);
+            # with a GPU, pinned in place (nvJPEG and the lossless decoder read them over the bus)
+            pages = pinned_file(entry.data_path, (total,)) if _cuda() else None
+            pages = pages if pages is not None else file_pages(entry.data_path, (total,))
+            data = pages.numpy() if pages is not None else np.fromfile(entry.data_path, np.uint8, count=total)
+            # in RAM: every frame's CRC now, so a damaged one is coded again before any batch (a mapped
+            # entry's frames are checked on first use instead: reading them all would read the whole file)
+            # lossless: no CRC (yet)
+            bad = damaged_rows(data, offsets) if self.cspec["format"] == "jpeg" else np.zeros(0, np.int64)
+            if len(bad):
+                failed = entry.remove()
+                _cache.warn(f"robocache cache entry {entry.meta_path} ({self.origin.stream}) has {len(bad)} damaged "
+                            f"frames, the first {self.origin.where(int(bad[0]))}; " +
+                            ("coding again and rebuilding it" if failed is None else
+                             f"coding without it (it cannot be removed: {failed.strerror or failed})"))
+                return None
+        entry.held_by(data)     # a map of the entry's file: not evicted nor cleared while it lives
+        return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), self.spec, self.qscale,
+                          True, str(entry.data_path), mapped, checksum=meta["checksum"], checked=not mapped)
+
+    def part(self, rest: list[int]) -> reuse.Decoded:
+        """The sources ``rest`` no other entry holds, coded without a cache."""
+        sub = ingest_compressed([self.sources[i] for i in rest], qscale=self.qscale, resize=self.resize, cache=False,
+                                workers=self.workers, show_progress=self.show_progress, desc=self.desc, spec=self.spec,
+                                counts=self.counts[rest], codec=self.codec,
+                                infos=None if self.infos is None else [self.infos[i] for i in rest])
+        return reuse.Decoded(sub.data, sub.counts, sub.times, self.cspec, sub.offsets)
+
+    def decode(self, entry) -> Made:
+        want = max(1, int(self.workers or cpu_count()))
+        jobs = make_jobs(self.sources, self.counts, offsets_of(self.counts)[:-1],
+                         file_rates(self.sources, self.infos, "pyav"), parts=want)
+        n = int(self.counts.sum())
+        self.frames: list = [None] * n  # each frame's bitstream, in store order
+        self.local = threading.local()
+        times = _entry.Jobs(self, progress_bar(n, self.desc or self.label, self.show_progress)).run(
+            jobs, min(want, len(jobs)), len(self.sources), "robocache-code")
+        return self.saved(entry, self.frames, times)
+
+    def rows(self, job) -> Rows:
+        ring = getattr(self.local, "ring", None)
+        if ring is None:
+            ring = self.local.ring = np.empty((_RING, self.spec.frame_bytes), np.uint8)
+        return Rows(job.n, ring, flush=_Coder(job, ring, self.frames, self.encode).rows)
+
+    def decode_job(self, job, out, tick, stop):
+        # one decoder thread per job: the pool already runs one job per core
+        return decode_job("pyav", job, out, self.spec, threads=1, tick=tick, stop=stop)
+
+    def encode(self, rows: np.ndarray) -> list[bytes]:
+        if self.qscale is None:
+            return encode_lossless_rows(rows, self.spec.height, self.spec.width)
+        return encode_sealed(rows, self.spec.height, self.spec.width, self.qscale)
+
+    def saved(self, entry, frames: list, times: list) -> Made:
+        """The freshly coded bitstreams (``frames``, store order; emptied) joined into one buffer, saved to
+        the entry's file when there is an entry."""
+        data, offsets = pack(frames)
+        frames.clear()                      # the bitstreams now live in `data` only
+        writer = _entry.save(entry, data) if entry is not None else None
+        return Made(writer, self.cspec, self.counts, times, offsets, data)
+
+    def result(self, made: Made, entry, path) -> Compressed:
+        times = np.concatenate(made.times) if made.times else np.zeros(0)
+        checksum = made.writer.meta.get("checksum") if path is not None and made.writer is not None else None
+        return Compressed(made.data, cast(np.ndarray, made.offsets), self.counts,
+                          split_times(times, offsets_of(self.counts)), self.spec, self.qscale, False, path, False,
+                          checksum=checksum)
+
+
+class AtlasSink(CodedSink):
+    """The frames of K cameras' streams as JPEG atlases, one per timestep (``ingest_atlas``): coded by
+    atlas.code_atlas (the cameras of an episode decoded in lockstep), in one entry of every camera's
+    sources. No reuse: another subset's atlases are other images."""
+
+    reuses = False
+
+    def __init__(self, cameras: list, spec: FrameSpec, counts, infos, qscale: int, resize, workers, show_progress,
+                 desc: str, host_budget):
+        self.cameras, self.layout = cameras, AtlasLayout(len(cameras), spec.height, spec.width)
+        super().__init__([s for c in cameras for s in c], spec, counts, infos, "jpeg", qscale, resize, workers,
+                         show_progress, desc, host_budget)
+        self.origin = FrameOrigin(desc or self.label, [str(s) for s in cameras[0]], self.counts)
+
+    def entry_options(self) -> dict:
+        return cache_options(self.sources, self.resize, "pyav", tier="compressed", codec="mjpeg", qscale=self.qscale,
+                             atlas=self.layout.cameras)
+
+    def coded_spec(self) -> dict:
+        return {"check": CHECK, "atlas": self.layout.cameras}
+
+    def decode(self, entry) -> Made:
+        rates = [file_rates(c, None if self.infos is None else self.infos[k], "pyav")
+                 for k, c in enumerate(self.cameras)]
+        frames, per_source = code_atlas(self.cameras, self.spec, self.counts, rates, self.layout, self.qscale,
+                                        self.encode, workers=self.workers, show_progress=self.show_progress,
+                                        desc=self.desc or self.label)
+        return self.saved(entry, frames, per_source)
+
+    def encode(self, rows: np.ndarray) -> list[bytes]:
+        return encode_sealed(rows, self.layout.atlas_height, self.spec.width, self.qscale)
+
+
+class _Coder:
+    """A job's rows from its worker's ring: each chunk coded and its bitstreams put at their store rows."""
+
+    def __init__(self, job, ring: np.ndarray, frames: list, encode):
+        self.job, self.ring, self.frames, self.encode = job, ring, frames, encode
+
+    def rows(self, first: int, sl: slice) -> None:
+        for k, bits in enumerate(self.encode(self.ring[sl])):
+            self.frames[self.job.place(first + k)] = bits
 
 
 def _cuda() -> bool:
     import torch
     return torch.cuda.is_available()
-
-
-def _code_all(sources, spec, counts, infos, qscale, entry, options, cspec, workers, show_progress,
-              desc) -> Compressed:
-    paths = [s.path for s in sources]
-    stats = _cache.stat_sources(paths) if entry is not None else None
-    want = max(1, int(workers or cpu_count()))
-    jobs = make_jobs(sources, counts, offsets_of(counts)[:-1], file_rates(sources, infos, "pyav"), parts=want)
-    workers = min(want, len(jobs))
-    H, W, fb = spec.height, spec.width, spec.frame_bytes
-    stop = threading.Event()
-    bar = progress_bar(int(counts.sum()), desc, show_progress)
-    local = threading.local()
-    frames: list = [None] * int(counts.sum())  # each frame's bitstream, in store order
-
-    def work(job):
-        if stop.is_set():
-            return None
-        ring = getattr(local, "ring", None)
-        if ring is None:
-            ring = local.ring = np.empty((_RING, fb), np.uint8)
-
-        def code(first, sl):
-            coded = encode_lossless_rows(ring[sl], H, W) if qscale is None else encode_sealed(ring[sl], H, W, qscale)
-            for k, bits in enumerate(coded):
-                frames[job.place(first + k)] = bits
-
-        rows = Rows(job.n, ring, flush=code)
-        tick = Ticker(bar)
-        try:
-            # one decoder thread per job: the pool already runs one job per core
-            times = decode_job("pyav", job, rows, spec, threads=1, tick=tick, stop=stop)
-            if times is None:
-                return None
-            rows.finish(job.n)
-        except BaseException:
-            stop.set()
-            raise
-        finally:
-            tick.flush()
-        return times
-
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="robocache-code") as pool:
-            results = list(pool.map(work, jobs))
-    finally:
-        if bar is not None:
-            bar.close()
-    per_source: list = [None] * len(sources)       # each source's frame times
-    for job, got in zip(jobs, results):
-        for i, t in zip(job.index, got):
-            per_source[i] = t
-    return _coded(frames, per_source, counts, spec, qscale, entry, paths, options, cspec, stats)
-
-
-def _coded(frames: list, per_source: list, counts, spec, qscale, entry, paths, options, cspec, stats) -> Compressed:
-    """The freshly coded bitstreams (``frames``, store order; emptied) joined into one buffer, written to
-    the cache entry when there is one: the Compressed result of a coding run."""
-    data, offsets = pack(frames)
-    frames.clear()                      # the bitstreams now live in `data` only
-    times = np.concatenate(per_source) if per_source else np.zeros(0)
-    path = meta = None
-    if entry is not None:
-        path = _save(entry, data, offsets, counts, times, stats, options, cspec)
-        meta = _cache.peek(entry, paths, options) if path is not None else None
-    return Compressed(data, offsets, counts, split_times(times, offsets_of(counts)), spec, qscale, False, path,
-                      False, checksum=None if meta is None else meta.get("checksum"))
-
-
-def _save(entry, data, offsets, counts, times, sources, options, cspec):
-    """The entry written; on a cache that cannot be written, a warning and None (the tier lives in RAM)."""
-    writer = None
-    try:
-        writer = _cache.EntryWriter(entry.root, entry.name, data.nbytes)
-        writer.write(0, data)
-        return str(writer.commit(key=_cache.entry_key(sources, options), spec=cspec, counts=counts, times=times,
-                                 sources=sources, options=options, offsets=offsets))
-    except OSError as e:
-        if writer is not None:
-            writer.abort()
-        _cache.warn(f"robocache could not write the coded frames to its cache in {entry.root} ({e}); "
-                    f"the next load codes them again")
-        return None

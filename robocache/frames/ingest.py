@@ -21,6 +21,10 @@ The file writes run on threads of their own (``writes.FileWrites``); from PROCES
 PyAV decodes in processes (``processes.py``). Frames from PyAV stay YUV 4:2:0 as the decoder hands them
 back; OpenCV and torchvision hand back RGB. Rules for other sources: docs/frames-ingest.md.
 
+``ingest_videos`` describes the stream as its tier's sink (``DeviceSink``, ``HostSink``, ``DiskSink``: where a
+decoded row goes, what a cached file becomes); entry.py takes it through the cache entry's steps (lock, look
+up and check, reuse, decode, save, commit), the same for every ingest.
+
 Benchmark: ``python benchmarks/bench_ingest.py`` (frames/s against PyAV alone on the same cores).
 """
 
@@ -30,22 +34,21 @@ import contextlib
 import os
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .._util import cpu_count, progress_bar
-from ..video import (FrameSpec, Rows, Ticker, VideoSource, as_sources, check_resize, decode_job, make_jobs,
-                     probe_sources, probe_video, resolve_backend)
+from ..video import (FrameSpec, Rows, VideoSource, as_sources, check_resize, decode_job, make_jobs, probe_sources,
+                     resolve_backend)
 from . import cache as _cache
+from . import entry as _entry
 from . import reuse
-from .buffers import Uploader, device_buffer, host_buffer, host_pages, map_file, resolve_device, shape, torch_or_error, upload
-from .pool import end_pool, raise_first
+from .buffers import Uploader, device_buffer, host_buffer, host_pages, map_file, ingest_device, shape, torch_or_error, upload
+from .entry import Expect, Made, Sink, cache_options, entry_label, file_rates, job_times, offsets_of, split_times
 from .processes import decode_in_processes, decode_processes
-from .writes import Done, FileWrites, commit, open_writer, write_direct
-
-TIERS = ("device", "host", "disk")
+from .writes import Done, FileWrites, open_writer, write_direct
 
 # ROBOCACHE_DECODER_THREADS: threads per decoder (0: FFmpeg/dav1d's choice); unset: decoder_threads()
 _env_threads = os.environ.get("ROBOCACHE_DECODER_THREADS")
@@ -93,71 +96,25 @@ def decoder_threads(workers: int) -> int:
     return 2 if workers >= cpu_count() else 0
 
 
-def cache_options(sources, resize, backend: str, **more) -> dict:
-    """What a cache entry's name and key record besides the files: the decode options and, for sources
-    that are spans of a file, each one's stream and span."""
-    options = {"resize": list(resize) if resize else None, "backend": backend, **more}
-    if any(not s.whole or s.stream for s in sources):
-        options["spans"] = [s.key() for s in sources]
-    return options
-
-
-def offsets_of(counts) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-
-def split_times(times: np.ndarray, offsets) -> list:
-    return [times[offsets[i]:offsets[i + 1]].copy() for i in range(len(offsets) - 1)]
-
-
-def file_rates(sources, infos, backend: str) -> list:
-    """Each source's file frame rate (the span rule's half frame): from ``infos`` when the caller has them,
-    else probed once per file that holds spans (whole files need none)."""
-    if infos is not None:
-        return [info.fps for info in infos]
-    rates = {(s.path, s.stream): 0.0 for s in sources}
-    for f in {(s.path, s.stream) for s in sources if not s.whole}:
-        rates[f] = probe_video(f[0], backend=backend, stream=f[1]).fps
-    return [rates[(s.path, s.stream)] for s in sources]
-
-
-def entry_label(sources, desc: str) -> str:
-    return desc or os.path.basename(os.path.dirname(sources[0].path))
-
-
 def cached_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""):
-    """``(spec, counts)`` of the cache entry ``ingest_videos`` would read for these sources, when one looks
-    current; else None. A reload's memory plan starts from it instead of probing the files (a v3.0 span's
-    frames are counted from its file's packets: a demux of every file)."""
-    sources = as_sources(sources)
-    options = cache_options(sources, check_resize(resize), resolve_backend(backend))
-    meta = _cache.peek(_cache.open_entry([s.path for s in sources], options, entry_label(sources, desc)),
-                       [s.path for s in sources], options)
-    if meta is None:
-        return None
-    try:
-        return FrameSpec.from_dict(meta["spec"]), np.asarray(meta["counts"], np.int64)
-    except (KeyError, TypeError, ValueError):
-        return None
+    """``(spec, counts)`` of the cache entry ``ingest_videos`` would read for these sources, when it passes
+    the entry's check (entry.check; its spec against the first file's header); else None. A reload's
+    memory plan starts from it instead of probing every file (a v3.0 span's frames are counted from its
+    file's packets: a demux of every file)."""
+    sources, resize, name = as_sources(sources), check_resize(resize), resolve_backend(backend)
+    got = _entry.peek(sources, cache_options(sources, resize, name), entry_label(sources, desc),
+                      Expect(sources=sources, resize=resize, backend=name))
+    return None if got is None else (FrameSpec.from_dict(got[0]), got[1])
 
 
 def reused_layout(sources, *, resize=None, backend: str = "auto", desc: str = ""):
     """``(spec, counts)`` of sources every one of which another cache entry holds (another episode
     subset's, reuse.py), else None: a subset's memory plan needs no probe of its files. Its load still
     writes an entry of its own (the plan counts its disk space)."""
-    sources = as_sources(sources)
-    options = cache_options(sources, check_resize(resize), resolve_backend(backend))
-    paths = [s.path for s in sources]
-    entry = _cache.open_entry(paths, options, entry_label(sources, desc))
-    try:
-        stats = _cache.stat_sources(paths)
-    except OSError:
-        return None
-    with contextlib.ExitStack() as stack:
-        spec, found = reuse.find(entry, sources, stats, options, None, None, stack)
-    if spec is None or len(found) != len(sources):
-        return None
-    return FrameSpec.from_dict(spec), np.array([found[i].count for i in range(len(sources))], np.int64)
+    sources, resize, name = as_sources(sources), check_resize(resize), resolve_backend(backend)
+    got = _entry.peek_donors(sources, cache_options(sources, resize, name), entry_label(sources, desc),
+                             Expect(sources=sources, resize=resize, backend=name))
+    return None if got is None else (FrameSpec.from_dict(got[0]), got[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,14 +163,14 @@ def ingest_videos(sources, *, tier: str, device=None, resize=None, backend: str 
     stream differ in size or format; CacheError when tier "disk" cannot have its file (naming the
     directory and the bytes).
     """
-    if tier not in TIERS:
-        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    if tier not in SINKS:
+        raise ValueError(f"tier must be one of {tuple(SINKS)} (where ingest_videos decodes into), got {tier!r}")
     torch = torch_or_error()  # before the clock starts: the first import of torch takes seconds
     t_start = time.perf_counter()
     sources = as_sources(sources)
     resize = check_resize(resize)
     name = resolve_backend(backend)
-    dev = resolve_device(torch, tier, device)
+    dev = ingest_device(torch, tier, device)
     if (spec is None) != (counts is None):
         raise ValueError("pass spec and counts together (both from probe_sources), or neither")
     if spec is not None:
@@ -223,218 +180,317 @@ def ingest_videos(sources, *, tier: str, device=None, resize=None, backend: str 
         if counts.shape != (len(sources),) or (counts <= 0).any():
             raise ValueError(f"counts must hold one positive frame count per source ({len(sources)}), "
                              f"got {counts!r}")
-    options = cache_options(sources, resize, name)
-    paths = [s.path for s in sources]
-    label = entry_label(sources, desc)
-
-    entry = _cache.open_entry(paths, options, label) if cache else None
-    with entry.lock() if entry is not None else contextlib.nullcontext():
-        if entry is not None:
-            hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts)
-            if hit is None:
-                def decode(rest: list[int]) -> reuse.Decoded:
-                    got = ingest_videos([sources[i] for i in rest], tier="disk", resize=resize, backend=name,
-                                        cache=False, workers=workers, show_progress=show_progress, desc=desc,
-                                        spec=spec, counts=None if counts is None else counts[rest],
-                                        infos=None if infos is None else [infos[i] for i in rest])
-                    return reuse.Decoded(np.asarray(got.data).reshape(-1), got.counts, got.times, got.spec.to_dict())
-
-                reused = reuse.assemble(entry, sources, options, spec.to_dict() if spec is not None else None,
-                                        counts, decode)
-                hit = _load_cached(torch, entry, paths, options, tier, dev, spec, counts) if reused else None
-                if hit is not None:
-                    hit.reused, hit.from_cache = reused, reused == len(sources)
-            if hit is not None:
-                return _finish(hit, t_start)
-        if spec is None:
-            spec, counts, infos = probe_sources(sources, resize=resize, backend=name, workers=workers)
-        res = _decode_all(torch, sources, spec, counts, infos, tier=tier, dev=dev, backend=name, entry=entry,
-                          options=options, workers=workers, show_progress=show_progress, desc=desc or label)
-        res.infos = list(infos or [])
-        return _finish(res, t_start)
-
-
-def _finish(res: Ingested, t_start: float) -> Ingested:
-    res.seconds = time.perf_counter() - t_start
-    res.frames_per_s = float(res.offsets[-1]) / res.seconds if res.seconds > 0 else float("inf")
-    return res
+    sink = SINKS[tier](torch, sources, dev, resize, name, spec, counts, infos, workers, show_progress, desc)
+    got = _entry.load(sink, cache=cache)
+    got.seconds = time.perf_counter() - t_start
+    got.frames_per_s = float(got.offsets[-1]) / got.seconds if got.seconds > 0 else float("inf")
+    return got
 
 
 # ---------------------------------------------------------------------------------------------
-# from the cache
+# the sinks: one per tier
 
 
-def _load_cached(torch, entry, paths, options, tier, dev, spec, counts):
-    """An Ingested from a valid entry, or None (no entry; or an invalid one: warned about, removed)."""
-    hit = _cache.lookup(entry, paths, options, spec=spec.to_dict() if spec is not None else None, counts=counts,
-                        redo="decoding")
-    if hit is None:
+class TierSink(Sink):
+    """One stream's frames in a tier's buffer (``ingest_videos``): from its cache entry, or decoded (on
+    threads, each job into ``rows``; or in processes, into the entry's file) and written to the entry's
+    file as they come. The tiers differ in where a decoded row goes and what a cached file becomes."""
+
+    tier = ""
+    needs_file = False   # a file even without a cache (its frames live there): a failed write fails the ingest
+    host: Any = None     # tier host: its buffer, [N, frame_bytes], while the jobs decode into it in place
+
+    def __init__(self, torch, sources: list[VideoSource], dev, resize, backend: str, spec, counts, infos, workers,
+                 show_progress, desc: str):
+        self.torch, self.sources, self.dev = torch, sources, dev
+        self.resize, self.backend, self.spec, self.counts, self.infos = resize, backend, spec, counts, infos
+        self.workers, self.show_progress, self.desc = workers, show_progress, desc
+        self.options = cache_options(sources, resize, backend)
+        self.label = entry_label(sources, desc)
+        self.expect = Expect(None if spec is None else spec.to_dict(), counts, sources, resize, backend)
+
+    # --- from the cache
+
+    def load(self, entry, meta, times, reused=0) -> Ingested:
+        spec = FrameSpec.from_dict(meta["spec"])
+        counts = np.asarray(meta["counts"], np.int64)
+        offsets = offsets_of(counts)
+        data = self.from_file(entry, spec, int(offsets[-1]))
+        return Ingested(data=data, counts=counts, offsets=offsets, times=split_times(times, offsets), spec=spec,
+                        from_cache=not reused or reused == len(self.sources), cache_path=str(entry.data_path),
+                        seconds=0.0, frames_per_s=0.0, tier=self.tier, reused=reused)
+
+    def from_file(self, entry, spec: FrameSpec, n: int):
+        """The tier's buffer of the ``n`` rows of ``entry``'s data file."""
+        raise NotImplementedError
+
+    def part(self, rest: list[int]) -> reuse.Decoded:
+        """The sources ``rest`` no other entry holds, decoded into a file of their own (no cache)."""
+        got = ingest_videos([self.sources[i] for i in rest], tier="disk", resize=self.resize, backend=self.backend,
+                            cache=False, workers=self.workers, show_progress=self.show_progress, desc=self.desc,
+                            spec=self.spec, counts=None if self.counts is None else self.counts[rest],
+                            infos=None if self.infos is None else [self.infos[i] for i in rest])
+        return reuse.Decoded(np.asarray(got.data).reshape(-1), got.counts, got.times, got.spec.to_dict())
+
+    # --- decoded
+
+    def probe(self) -> None:
+        if self.spec is None:
+            self.spec, self.counts, self.infos = probe_sources(self.sources, resize=self.resize, backend=self.backend,
+                                                               workers=self.workers)
+        self.counts = np.asarray(self.counts, np.int64)
+
+    def decode(self, entry) -> Made:
+        offsets = offsets_of(self.counts)
+        want = max(1, int(self.workers or cpu_count()))
+        jobs = make_jobs(self.sources, self.counts, offsets[:-1], file_rates(self.sources, self.infos, self.backend),
+                         parts=want)
+        workers = min(want, len(jobs))
+        if decode_in_processes(workers, self.backend):
+            made = self._in_processes(entry, jobs, workers)
+            if made is not None:
+                return made
+        return self._on_threads(entry, jobs, workers)
+
+    def result(self, made: Made, entry, path) -> Ingested:
+        return Ingested(data=made.data, counts=made.counts, offsets=offsets_of(made.counts), times=made.times,
+                        spec=self.spec, from_cache=False, cache_path=path, seconds=0.0, frames_per_s=0.0,
+                        tier=self.tier, infos=list(self.infos or []))
+
+    def mapped(self, made: Made, entry, path, view):
+        """``view(torch, file, spec, n)`` of the file ``made`` decoded into (the committed entry's, held
+        while the view lives; or one of its own, which ``build`` then removes from the directory)."""
+        data = view(self.torch, path if path is not None else made.file, self.spec, int(made.counts.sum()))
+        if path is not None:
+            entry.held_by(data)
+        return data
+
+    # --- on threads
+
+    def _on_threads(self, entry, jobs, workers) -> Made:
+        n, fb = int(self.counts.sum()), self.spec.frame_bytes
+        writer = None
+        if entry is not None or self.needs_file:
+            writer = open_writer(entry, entry.name if entry is not None else "nocache", n * fb,
+                                 required=self.needs_file, direct=self.direct(n * fb))
+        self.writes = FileWrites(writer, fb, n * fb, self.needs_file) if writer is not None else None
+        # rows handed over at a time: a ring half (tiers device and disk), a write of the host buffer
+        self.chunk = max(1, min(max(j.n for j in jobs), STAGE_BYTES // 2 // fb))
+        self.jobs, self.n_workers, self.threads = jobs, workers, decoder_threads(workers)
+        self.staging = threading.local()
+        try:
+            data = self.decode_all(n)
+            if self.writes is not None:
+                self.writes.close()
+        except BaseException:
+            if self.writes is not None:
+                self.writes.close(cancel=True)
+            if writer is not None:
+                writer.abort()
+            raise
+        if writer is not None and self.writes is not None and self.writes.failed:
+            _cache.warn(f"robocache could not write its cache in {writer.root} ({self.writes.failed[0]}); "
+                        f"going on without a cache")
+            writer.abort()
+            writer = None
+        return Made(writer, self.spec.to_dict(), self.counts, self.times, data=data)
+
+    def direct(self, nbytes: int) -> bool:
+        """Whether the file is written with O_DIRECT (writes.write_direct)."""
+        return False
+
+    def decode_all(self, n: int):
+        """Every job into the tier's buffer, which is returned (None: the file is the buffer)."""
+        data = self.buffer = self.new_buffer(n)
+        self.jobs_on_threads(None)
+        return data
+
+    def new_buffer(self, n: int):
         return None
-    meta, times = hit
-    spec = FrameSpec.from_dict(meta["spec"])
-    counts = np.asarray(meta["counts"], np.int64)
-    offsets = offsets_of(counts)
-    n = int(offsets[-1])
-    if tier == "disk":
-        data = map_file(torch, entry.data_path, spec, n)
-    elif tier == "host":
+
+    def jobs_on_threads(self, host) -> None:
+        """Every job, on the workers' threads (``host``: the host tier's buffer, decoded into in place)."""
+        self.host = host.reshape(int(self.counts.sum()), self.spec.frame_bytes) if host is not None else None
+        bar = progress_bar(int(self.counts.sum()), self.desc or self.label, self.show_progress)
+        self.times = _entry.Jobs(self, bar).run(self.jobs, self.n_workers, len(self.sources), "robocache-ingest")
+
+    def rows(self, job) -> Rows:
+        """A job's rows through its worker's staging ring of two halves (the host memory of the jobs in
+        flight), each full half handed over (``_RingHandOver``) while the decoder fills the other."""
+        if getattr(self.staging, "ring", None) is None:
+            self.staging.ring, self.staging.stream = self.new_ring()
+        ring = _RingHandOver(self.torch, job, self.staging.ring, self.staging.stream, self.buffer, self.writes)
+        return Rows(job.n, ring.buf, ring.rows)
+
+    def new_ring(self):
+        """A worker's staging ring (torch uint8 [2 * chunk, frame_bytes]) and the CUDA stream of its copies."""
+        return self.torch.empty((2 * self.chunk, self.spec.frame_bytes), dtype=self.torch.uint8), None
+
+    def decode_job(self, job, out, tick, stop):
+        return decode_job(self.backend, job, out, self.spec, threads=self.threads, tick=tick, stop=stop)
+
+    # --- in processes
+
+    def _in_processes(self, entry, jobs, workers) -> Made | None:
+        """Decoded by processes into a file, the cache entry's (or a temporary one with cache=False), which
+        the tier then maps, keeps the pages of or uploads (``uploads``: each job's rows as the job is
+        complete). None where no file can be had in the cache directory (the caller decodes on threads)."""
+        n, fb = int(self.counts.sum()), self.spec.frame_bytes
+        # not warned here: the threads then decode, and say so themselves when the cache cannot be had
+        writer = open_writer(entry, entry.name if entry is not None else "nocache", n * fb,
+                             required=self.needs_file, warn=False)
+        if writer is None:
+            return None
+        chunk = max(1, min(max(j.n for j in jobs), STAGE_BYTES // 2 // fb))
+        data = self.new_buffer(n)
+        try:
+            with self.uploads(data, writer.fd) as up:
+                got = decode_processes(jobs, self.spec, workers=workers, threads=decoder_threads(workers),
+                                       data_path=writer.path, chunk=chunk,
+                                       bar=progress_bar(n, self.desc or self.label, self.show_progress),
+                                       on_job=_JobUploads(jobs, up, fb).done, lock_dir=writer.root)
+        except OSError as e:  # the file is the frames here, whatever the tier: a failed write fails the ingest
+            writer.abort()
+            raise _cache.CacheError(
+                e.errno, f"robocache decodes these {len(jobs)} files in processes into one "
+                f"{_cache.human_bytes(n * fb)} file in {writer.root}, and could not write it ({e.strerror or e}): "
+                f"free space there, point ROBOCACHE_CACHE_DIR at a larger local disk, or decode on threads "
+                f"(ROBOCACHE_DECODE_PROCESSES=0)") from e
+        except BaseException:
+            writer.abort()
+            raise
+        return Made(writer, self.spec.to_dict(), self.counts, job_times(jobs, got, len(self.sources)), data=data)
+
+    def uploads(self, data, fd):
+        """What takes each finished job's rows from the file (device: an Uploader; else nothing)."""
+        return contextlib.nullcontext()
+
+
+class DeviceSink(TierSink):
+    """Tier "device": a CUDA tensor. Each worker decodes into its own pinned ring of two halves; a full half
+    goes to the device by an async copy on the worker's stream and to the cache file, while the decoder
+    fills the other. A cached entry is uploaded through pinned chunks (buffers.upload)."""
+
+    tier = "device"
+
+    def from_file(self, entry, spec, n):
+        with open(entry.data_path, "rb") as f:
+            return upload(self.torch, f.fileno(), spec, n, self.dev)
+
+    def new_buffer(self, n):
+        return device_buffer(self.torch, self.spec, n, self.dev)
+
+    def new_ring(self):
+        ring = self.torch.empty((2 * self.chunk, self.spec.frame_bytes), dtype=self.torch.uint8, pin_memory=True)
+        return ring, self.torch.cuda.Stream(self.dev)
+
+    def uploads(self, data, fd):
+        return Uploader(self.torch, data, fd)
+
+
+class HostSink(TierSink):
+    """Tier "host": a CPU tensor, pinned when torch sees a CUDA device. Jobs decode into it in place, and each
+    chunk is written to the cache file from there as it completes (O_DIRECT for an entry large against the
+    RAM). A cached entry is the file's own pages (decoded in processes: the same)."""
+
+    tier = "host"
+
+    def from_file(self, entry, spec, n):
         # the cache file's own pages: one copy of the frames in RAM, no fresh memory, no copy; pinned in
         # place for a GPU (72-97 ms for 3.5 GB on the H100 host), plain without one (0.1 s against 1.0 s for
         # the real AV1 set on the 2-core machine)
-        data = host_pages(torch, entry.data_path, spec, n)
-    else:
-        with open(entry.data_path, "rb") as f:
-            data = upload(torch, f.fileno(), spec, n, dev)
-    if tier != "device":
+        data = host_pages(self.torch, entry.data_path, spec, n)
         entry.held_by(data)
-    return Ingested(data=data, counts=counts, offsets=offsets, times=split_times(times, offsets), spec=spec,
-                    from_cache=True, cache_path=str(entry.data_path), seconds=0.0, frames_per_s=0.0, tier=tier)
+        return data
+
+    def direct(self, nbytes):
+        return write_direct(nbytes, reserve=nbytes)
+
+    def decode_all(self, n):
+        # fresh memory whose pages the decoders fault in (on every core, 2 MiB at a time where the kernel
+        # gives huge pages), pinned afterwards when torch sees a GPU
+        return host_buffer(self.torch, shape(self.spec, n), fill=self.jobs_on_threads)
+
+    def rows(self, job) -> Rows:
+        flush = _HostWrites(job, self.host, self.writes).rows if self.writes is not None else None
+        return Rows(job.n, self.host, flush, place=job.place, chunk=self.chunk)
+
+    def result(self, made, entry, path):
+        got = super().result(made, entry, path)
+        if made.data is None:        # decoded in processes: the file's pages
+            got.data = self.mapped(made, entry, path, host_pages)
+        return got
 
 
+class DiskSink(TierSink):
+    """Tier "disk": a CPU tensor over a memory map of the cache file (a file of its own with cache=False).
+    Each worker decodes into a staging ring written to the file with pwrite (decoding into a writable map
+    would count every written page in the process's RSS)."""
+
+    tier = "disk"
+    needs_file = True
+
+    def from_file(self, entry, spec, n):
+        data = map_file(self.torch, entry.data_path, spec, n)
+        entry.held_by(data)
+        return data
+
+    def result(self, made, entry, path):
+        got = super().result(made, entry, path)
+        got.data = self.mapped(made, entry, path, map_file)
+        return got
 
 
-# ---------------------------------------------------------------------------------------------
-# decoding on threads
+SINKS = {sink.tier: sink for sink in (DeviceSink, HostSink, DiskSink)}     # the tiers ingest_videos decodes into
 
 
-def _job_times(jobs, results, n_sources) -> list:
-    """Each source's frame times, from the jobs' per-span times."""
-    times = [None] * n_sources
-    for job, got in zip(jobs, results):
-        for i, t in zip(job.index, got):
-            times[i] = t
-    return times
+class _HostWrites:
+    """A job's rows in place in the host buffer: each completed chunk written to the file from there, by
+    the writes' threads, while the decoder goes on."""
+
+    def __init__(self, job, host, writes: FileWrites):
+        self.job, self.host, self.writes = job, host, writes
+
+    def rows(self, first: int, sl: slice):
+        return _All([self.writes.submit(row, self.host[row:row + n])
+                     for _, row, n in self.job.pieces(first, sl.stop - sl.start)])
 
 
-def _decode_all(torch, sources, spec, counts, infos, *, tier, dev, backend, entry, options, workers,
-                show_progress, desc) -> Ingested:
-    counts = np.asarray(counts, np.int64)
-    offsets = offsets_of(counts)
-    n_total = int(offsets[-1])
-    fb = spec.frame_bytes
-    nbytes = n_total * fb
-    paths = [s.path for s in sources]
-    want = max(1, int(workers or cpu_count()))
-    jobs = make_jobs(sources, counts, offsets[:-1], file_rates(sources, infos, backend), parts=want)
-    workers = min(want, len(jobs))
-    if decode_in_processes(workers, backend):
-        res = _decode_all_processes(torch, jobs, paths, spec, counts, tier=tier, dev=dev, entry=entry,
-                                    options=options, workers=workers, show_progress=show_progress, desc=desc)
-        if res is not None:
-            return res
-    threads = decoder_threads(workers)
+class _RingHandOver:
+    """A job's rows through its worker's staging ring (tiers device and disk): each full half copied to the
+    device by an async copy on the worker's stream (tier device) and written to the file, while the decoder
+    fills the other half."""
 
-    # the sources as they were when decoding began: the entry's key must describe the bytes decoded
-    stats = _cache.stat_sources(paths) if entry is not None else None
-    writer = None
-    if entry is not None or tier == "disk":
-        direct = tier == "host" and write_direct(nbytes, reserve=nbytes)
-        writer = open_writer(entry, entry.name if entry is not None else "nocache", nbytes, tier,
-                             required=(tier == "disk"), direct=direct)
-    writes = FileWrites(writer, fb, tier, nbytes) if writer is not None else None
-    # rows handed over at a time: a ring half (tiers device and disk), a write of the host buffer
-    chunk = max(1, min(max(j.n for j in jobs), STAGE_BYTES // 2 // fb))
-    data = device_buffer(torch, spec, n_total, dev) if tier == "device" else None
-    local = threading.local()
+    def __init__(self, torch, job, ring, stream, data, writes: FileWrites | None):
+        self.torch, self.job, self.ring, self.stream, self.data, self.writes = torch, job, ring, stream, data, writes
+        self.buf = ring.numpy()
 
-    def staging():
-        # a worker's ring of two halves (tiers device and disk): the host memory of the jobs in flight
-        if getattr(local, "buf", None) is None:
-            local.buf = torch.empty((2 * chunk, fb), dtype=torch.uint8, pin_memory=(tier == "device"))
-            local.stream = torch.cuda.Stream(dev) if tier == "device" else None
-        return local.buf, local.stream
+    def rows(self, first: int, sl: slice) -> Done:
+        event, futures = None, []
+        fb = self.buf.shape[1]
+        for off, row, n in self.job.pieces(first, sl.stop - sl.start):
+            part = slice(sl.start + off, sl.start + off + n)
+            if self.stream is not None:
+                with self.torch.cuda.stream(self.stream):
+                    self.data.view(-1, fb)[row:row + n].copy_(self.ring[part], non_blocking=True)
+            if self.writes is not None:
+                futures.append(self.writes.submit(row, self.buf[part]))
+        if self.stream is not None:
+            event = self.stream.record_event()
+        return Done(event, _All(futures))
 
-    stop = threading.Event()
-    bar = progress_bar(n_total, desc, show_progress)
-    pending = []  # the host tier's writes, waited on once every job is decoded
 
-    def host_rows(job, host):
-        def flush(first, sl):
-            futures = [writes.submit(row, host[row:row + n]) for _, row, n in job.pieces(first, sl.stop - sl.start)]
-            return _All(futures)
-        return Rows(job.n, host, flush if writes is not None else None, place=job.place, chunk=chunk)
+class _JobUploads:
+    """The decode processes' finished jobs: each one's rows uploaded from the file to the device tier
+    (``up``, an Uploader; the other tiers map the file)."""
 
-    def ring_rows(job):
-        buf_t, stream = staging()
-        ring = buf_t.numpy()
+    def __init__(self, jobs, up, fb: int):
+        self.jobs, self.up, self.fb = jobs, up, fb
 
-        def flush(first, sl):
-            event, futures = None, []
-            for off, row, n in job.pieces(first, sl.stop - sl.start):
-                part = slice(sl.start + off, sl.start + off + n)
-                if tier == "device":
-                    with torch.cuda.stream(stream):
-                        data.view(-1, fb)[row:row + n].copy_(buf_t[part], non_blocking=True)
-                if writes is not None:
-                    futures.append(writes.submit(row, ring[part]))
-            if tier == "device":
-                event = stream.record_event()
-            return Done(event, _All(futures))
-
-        return Rows(job.n, ring, flush)
-
-    def work(job, host):
-        if stop.is_set():
-            return None
-        out = host_rows(job, host) if tier == "host" else ring_rows(job)
-        tick = Ticker(bar)
-        times = decode_job(backend, job, out, spec, threads=threads, tick=tick, stop=stop)
-        tick.flush()
-        if times is None:
-            return None
-        pending.extend(out.finish(job.n))
-        return times
-
-    def decode(host=None):
-        """Every job, on `workers` threads; returns each source's times."""
-        host = host.reshape(n_total, fb) if host is not None else None
-        pool = ThreadPoolExecutor(workers, thread_name_prefix="robocache-ingest")
-        futures = []
-        try:
-            futures = [pool.submit(work, job, host) for job in jobs]
-            wait(futures, return_when=FIRST_EXCEPTION)
-        finally:
-            end_pool(pool, futures, stop, bar)
-        raise_first(futures)
-        for f in pending:
-            if f is not None:
-                f.wait()  # the host buffer is pinned (moved under the driver) once nothing reads it
-        return _job_times(jobs, [f.result() for f in futures], len(sources))
-
-    try:
-        if tier == "host":
-            # decoded into fresh memory whose pages the decoders fault in (on every core, 2 MiB at a time
-            # where the kernel gives huge pages), pinned afterwards when torch sees a GPU
-            result: dict[str, list] = {}
-            data = host_buffer(torch, shape(spec, n_total), fill=lambda arr: result.update(times=decode(arr)))
-            times = result["times"]
-        else:
-            times = decode()
-        if writes is not None:
-            writes.close()
-    except BaseException:
-        if writes is not None:
-            writes.close(cancel=True)
-        if writer is not None:
-            writer.abort()
-        raise
-
-    cache_path = None
-    if writer is not None and writes is not None:    # both or neither
-        if writes.failed:
-            _cache.warn(f"robocache could not write its cache in {writer.root} ({writes.failed[0]}); "
-                        f"going on without a cache")
-            writer.abort()
-        else:
-            cache_path = commit(writer, entry, paths, stats, options, spec, counts, times, tier)
-        if tier == "disk":
-            data = map_file(torch, cache_path or writer.path, spec, n_total)
-            if cache_path is not None:
-                entry.held_by(data)
-        if cache_path is None:
-            writer.abort()  # cache=False or not kept: a file of our own, gone from the directory once mapped
-    return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
-                    cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
+    def done(self, j: int) -> None:
+        if self.up is not None:
+            for _, row, n in self.jobs[j].pieces(0, self.jobs[j].n):
+                self.up.span(row * self.fb, n * self.fb)
 
 
 class _All:
@@ -451,63 +507,5 @@ class _All:
         self.wait()
 
 
-# ---------------------------------------------------------------------------------------------
-# decoding in processes
-
-
-def _decode_all_processes(torch, jobs, paths, spec, counts, *, tier, dev, entry, options, workers, show_progress,
-                          desc):
-    """_decode_all with the decoders in processes (decode_in_processes): every tier decodes into a
-    file, the cache entry's (or a temporary one with cache=False), which the decode processes write
-    through the page cache. Tier disk maps it; tier host keeps its pages (pinned in place for a GPU:
-    one copy of the frames in RAM); tier device uploads each job's rows as the job is complete.
-    None where no file can be had in the cache directory (the caller decodes on threads)."""
-    counts = np.asarray(counts, np.int64)
-    offsets = offsets_of(counts)
-    n_total = int(offsets[-1])
-    fb = spec.frame_bytes
-    stats = _cache.stat_sources(paths) if entry is not None else None
-    # not warned here: the threads then decode, and say so themselves when the cache cannot be had
-    writer = open_writer(entry, entry.name if entry is not None else "nocache", n_total * fb, tier,
-                         required=(tier == "disk"), warn=False)
-    if writer is None:
-        return None
-    chunk = max(1, min(max(j.n for j in jobs), STAGE_BYTES // 2 // fb))
-    data = device_buffer(torch, spec, n_total, dev) if tier == "device" else None
-    up = Uploader(torch, data, writer.fd) if tier == "device" else contextlib.nullcontext()
-    try:
-        with up:
-            def on_job(j):
-                if tier == "device":
-                    for _, row, n in jobs[j].pieces(0, jobs[j].n):
-                        up.span(row * fb, n * fb)
-            got = decode_processes(jobs, spec, workers=workers, threads=decoder_threads(workers),
-                                   data_path=writer.path, chunk=chunk,
-                                   bar=progress_bar(n_total, desc, show_progress), on_job=on_job,
-                                   lock_dir=writer.root)
-    except OSError as e:  # the file is the frames here, whatever the tier: a failed write fails the ingest
-        writer.abort()
-        raise _cache.CacheError(
-            e.errno, f"robocache decodes these {len(jobs)} files in processes into one "
-            f"{_cache.human_bytes(n_total * fb)} file in {writer.root}, and could not write it ({e.strerror or e}): "
-            f"free space there, point ROBOCACHE_CACHE_DIR at a larger local disk, or decode on threads "
-            f"(ROBOCACHE_DECODE_PROCESSES=0)") from e
-    except BaseException:
-        writer.abort()
-        raise
-    times = _job_times(jobs, got, len(counts))
-    cache_path = commit(writer, entry, paths, stats, options, spec, counts, times, tier)
-    path = cache_path or writer.path
-    if tier == "disk":
-        data = map_file(torch, path, spec, n_total)
-    elif tier == "host":
-        data = host_pages(torch, path, spec, n_total)
-    if cache_path is not None and tier != "device":
-        entry.held_by(data)
-    if cache_path is None:
-        writer.abort()  # a file of our own (cache=False, or not kept), gone from the directory once mapped
-    return Ingested(data=data, counts=counts, offsets=offsets, times=times, spec=spec, from_cache=False,
-                    cache_path=cache_path, seconds=0.0, frames_per_s=0.0, tier=tier)
-
-
-__all__ = ["FrameSpec", "Ingested", "TIERS", "VideoSource", "ingest_videos", "probe_sources"]
+__all__ = ["FrameSpec", "Ingested", "VideoSource", "cached_layout", "ingest_videos", "probe_sources",
+           "reused_layout"]

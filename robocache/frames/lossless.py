@@ -25,6 +25,7 @@ import numpy as np
 from .jpeg import pack
 
 _LOCAL = threading.local()   # each ingest worker's coded-frame buffer
+MAGIC = b"RCL1"              # every coded frame's first bytes (RC_LL_MAGIC, little-endian: csrc/lossless_math.h)
 
 
 def encode_rows(rows: np.ndarray, height: int, width: int) -> list[bytes]:

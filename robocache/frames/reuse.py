@@ -5,8 +5,9 @@ An entry is one stream's sources back to back (cache.py), so every subset of epi
 a load finds no entry of its own, the other entries of the folder are searched for its sources: a
 source is the same when its file (absolute path, size, mtime_ns), its stream and span (v3.0) and the
 decode options (resize, backend; the compressed tier's codec and quality) are, and the frame format
-agrees. Each donor is checked as a load checks it (``Entry.validate``: key, sizes, checksum) under its
-own lock, taken without waiting (a donor being built is skipped, never waited on), then its rows are
+agrees. Each donor is checked as a load checks it (the caller's ``check``, entry.py's: every field against
+its files and the frame format the sources give) under its own lock, taken without waiting (a donor
+being built is skipped, never waited on), then its rows are
 copied into the new entry's file (``copy_file_range``: in the kernel, or a reflink where the
 filesystem shares blocks); the sources no entry holds are decoded on their own and written after them.
 Fixed-size rows (tiers device, host, disk) and variable-size ones (the compressed tier's JPEG spans)
@@ -99,11 +100,12 @@ def _candidates(entry: _cache.Entry, options: dict, spec: dict | None):
     return [(donor, meta) for _, donor, meta in sorted(found, key=lambda f: -f[0])]
 
 
-def find(entry: _cache.Entry, sources, stats, options: dict, spec: dict | None, counts, stack) -> tuple[dict | None,
-                                                                                                         dict]:
-    """(spec dict, {source index: Rows}) of the sources other entries hold. Donors' data files are
-    opened on ``stack`` (an ExitStack: they close with it); a donor renamed over or removed meanwhile
-    keeps its bytes for the open descriptor (entries are written by rename, never in place)."""
+def find(entry: _cache.Entry, sources, stats, options: dict, spec: dict | None, counts, stack,
+         check: Callable) -> tuple[dict | None, dict]:
+    """(spec dict, {source index: Rows}) of the sources other entries hold, each donor passing
+    ``check(donor, its key) -> (meta, times)`` first. Donors' data files are opened on ``stack`` (an
+    ExitStack: they close with it); a donor renamed over or removed meanwhile keeps its bytes for the
+    open descriptor (entries are written by rename, never in place)."""
     want = {ident: i for i, ident in reversed(list(enumerate(source_ids(sources, stats))))}
     found: dict[int, Rows] = {}
 
@@ -122,7 +124,7 @@ def find(entry: _cache.Entry, sources, stats, options: dict, spec: dict | None, 
             continue
         try:
             # checked against its own key: intact for the files as they were; `mine` are those unchanged since
-            checked, times = donor.validate(listed["key"])
+            checked, times = check(donor, listed["key"])
             mine = held(checked)     # as validated under the lock (a rebuild may have replaced the one listed)
             data_fd = os.open(donor.data_path, os.O_RDONLY)
         except (OSError, _cache.InvalidEntry, *_cache.BAD_JSON):
@@ -149,10 +151,11 @@ def find(entry: _cache.Entry, sources, stats, options: dict, spec: dict | None, 
 
 
 def assemble(entry: _cache.Entry, sources, options: dict, spec: dict | None, counts,
-             decode: Callable[[list[int]], Decoded]) -> int:
-    """Builds ``entry`` from the rows other entries hold of ``sources`` (and ``decode(indices)`` of the
-    others); returns how many sources came from other entries (0: none did, or the entry could not be
-    written: the caller decodes as without this). Call with the entry's lock held.
+             decode: Callable[[list[int]], Decoded], check: Callable) -> int:
+    """Builds ``entry`` from the rows other entries hold of ``sources`` (donors passing ``check``, as in
+    ``find``; ``decode(indices)`` of the others); returns how many sources came from other entries (0: none
+    did, or the entry could not be written: the caller decodes as without this). Call with the entry's
+    lock held.
 
     Fixed-size rows of known counts (a reader's load: the plan probed them) give the file's layout
     before decoding, so the held rows are copied on a thread while the rest decode: on the shared 2-core
@@ -164,7 +167,7 @@ def assemble(entry: _cache.Entry, sources, options: dict, spec: dict | None, cou
             stats = _cache.stat_sources(paths)
         except OSError:
             return 0            # a missing file: the caller's decode says which
-        spec, found = find(entry, sources, stats, options, spec, counts, stack)
+        spec, found = find(entry, sources, stats, options, spec, counts, stack, check)
         if not found or spec is None:
             return 0
         rest = [i for i in range(len(sources)) if i not in found]

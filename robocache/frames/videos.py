@@ -21,6 +21,7 @@ from .ingest import cached_layout, ingest_videos, reused_layout
 from .jpeg import check_qscale
 from .plan import Need, budgets, plan
 from .store import FrameStore
+from .tiers import tier_of
 
 
 def load_reader_videos(videos: Mapping[str, dict], episodes: Sequence[Mapping], ids: Sequence[int] | None, *,
@@ -71,16 +72,17 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
                 other_device_bytes=other_device_bytes)
     tiers = plan(needs, frames, b, device=device, hint=f"{source}: " if source else "")
     out = {}
-    host_left = b.host - sum(n.nbytes for n in needs if tiers[n.name] in ("host", "cpu"))
+    kinds = {k: tier_of(t) for k, t in tiers.items()}
+    host_left = b.host - sum(n.nbytes for n in needs if kinds[n.name].decoded_in_host)
     for k in videos:
         asked = frames.get(k, "auto") if isinstance(frames, dict) else frames
-        if asked == "auto" and tiers[k] == "compressed":
+        if asked == "auto" and kinds[k].lossy:
             warnings.warn(f"{source + ': ' if source else ''}frames of {k!r} do not fit the device, host or disk "
                           f"budgets decoded, so they are kept compressed as JPEG at jpeg_qscale={jpeg_qscale} "
                           f"(lossy; docs/frame-storage.md gives the PSNR per setting). Raise a budget or pass "
                           f"frames='disk' with a bigger ROBOCACHE_CACHE_DIR to keep them lossless.",
                           stacklevel=3)
-    for names in _atlas_groups(probed, tiers):
+    for names in _atlas_groups(probed, kinds):
         try:
             group = _load_atlas(names, videos, probed, jpeg_qscale, resize, cache, workers, show_progress,
                                 max(0, host_left), device)
@@ -95,39 +97,39 @@ def load_videos(videos: Mapping[str, Sequence], *, device, frames="auto", device
         if k in out:
             continue
         spec, counts, infos, _ = probed[k]
-        tier = tiers[k]
-        if tier in ("compressed", "lossless"):
-            codec = "jpeg" if tier == "compressed" else "lossless"
+        kind = kinds[k]
+        if kind.coded:
+            codec = kind.formats[0]
             coded = ingest_compressed(list(paths), qscale=jpeg_qscale, resize=resize, cache=cache, workers=workers,
                                       show_progress=show_progress, desc=f"coding {k}", spec=spec, counts=counts,
                                       infos=infos, host_budget=max(0, host_left), codec=codec)
             if not coded.mapped:
                 host_left -= coded.data.nbytes
             store = FrameStore(coded.data, format=codec, height=spec.height, width=spec.width, channels=3,
-                               tier=tier, device=device, matrix=spec.matrix, full_range=spec.full_range,
+                               tier=kind, device=device, matrix=spec.matrix, full_range=spec.full_range,
                                path=coded.cache_path, offsets=coded.offsets, qscale=coded.qscale,
-                               origin=coded.origin(k) if codec == "jpeg" else None)
+                               origin=coded.origin(k) if kind.lossy else None)
             out[k] = (store, list(coded.times))
             continue
-        got = ingest_videos(list(paths), tier="host" if tier == "cpu" else tier,
-                            device=device if tier == "device" else None, resize=resize,
+        got = ingest_videos(list(paths), tier=kind.ingest_into,
+                            device=device if kind.on_gpu else None, resize=resize,
                             backend=backend, cache=cache, workers=workers, show_progress=show_progress,
                             desc=f"decoding {k}", spec=spec, counts=counts, infos=infos)
         store = FrameStore(got.data, format=spec.format, height=spec.height, width=spec.width,
-                           channels=spec.channels, tier=tier, device=device, matrix=spec.matrix,
+                           channels=spec.channels, tier=kind, device=device, matrix=spec.matrix,
                            full_range=spec.full_range, path=got.cache_path)
         out[k] = (store, list(got.times))
     return out
 
 
-def _atlas_groups(probed: dict, tiers: dict) -> list:
+def _atlas_groups(probed: dict, kinds: dict) -> list:
     """The compressed-tier streams that share an atlas (robocache.frames.atlas): two or more with the same
     geometry, color and frames per episode, in the order given."""
     if not atlas.enabled():
         return []
     groups: dict = {}
     for k, (spec, counts, _, _) in probed.items():
-        if tiers[k] == "compressed" and spec.format == "yuv420":
+        if kinds[k].shares_atlas and spec.format == "yuv420":
             groups.setdefault(atlas.group_key(spec, counts), []).append(k)
     return [names for names in groups.values() if len(names) > 1]
 

@@ -1,5 +1,5 @@
-"""Decoded rows to the cache (or disk-tier) file: the writer, the writes on threads of their own, the
-commit that makes the file a cache entry."""
+"""Decoded rows to the cache (or disk-tier) file: the writer, the writes on threads of their own (the
+commit that makes the file a cache entry: entry.commit)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from ..memory import available_host_memory
 from . import cache as _cache
 
 
-def open_writer(entry, name, nbytes, tier, required, direct=False, warn=True):
+def open_writer(entry, name, nbytes, required, direct=False, warn=True):
     """An EntryWriter in the cache dir, or None (warned, unless not `warn`) when it cannot be had and
-    is not required; tier "disk" requires it: CacheError naming the directory and the bytes."""
+    is not ``required``; tier "disk" requires it: CacheError naming the directory and the bytes."""
     root = entry.root if entry is not None else _cache.frames_dir()
     try:
         return _cache.EntryWriter(root, name, nbytes, direct=direct)
@@ -42,12 +42,12 @@ class FileWrites:
     (a DMA from the page-aligned host buffer, no copy into the page cache), the partial blocks at
     either end of a span through the page cache; a filesystem refusing O_DIRECT (EINVAL) falls back
     to the page cache. A failure goes to ``failed`` and the later writes are skipped (the ingest goes
-    on without a cache), except for tier "disk", whose file is its data: CacheError."""
+    on without a cache), except where the file is ``required`` (tier "disk": its data): CacheError."""
 
     THREADS = 4
 
-    def __init__(self, writer, fb: int, tier: str, nbytes: int):
-        self.writer, self.fb, self.tier, self.nbytes = writer, fb, tier, nbytes
+    def __init__(self, writer, fb: int, nbytes: int, required: bool):
+        self.writer, self.fb, self.nbytes, self.required = writer, fb, nbytes, required
         self.direct = writer.direct  # opened with O_DIRECT: the host tier's large entries
         self.failed: list = []
         self.pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="robocache-cache-write")
@@ -75,7 +75,7 @@ class FileWrites:
                         self.direct = False  # the filesystem refused O_DIRECT after all: page cache
             self._buffered(offset, flat)
         except OSError as e:
-            if self.tier == "disk":
+            if self.required:
                 raise _cache.CacheError(
                     e.errno, f"tier='disk' could not write {_cache.human_bytes(self.nbytes)} ({self.nbytes} bytes) "
                     f"of decoded frames to {self.writer.root} ({e.strerror or e}): free space there, point "
@@ -103,32 +103,6 @@ def write_direct(nbytes: int, reserve: int = 0) -> bool:
         return env == "1"
     avail = available_host_memory()
     return avail is not None and nbytes > max(0, avail - reserve) // 4
-
-
-def stat_or_none(paths):
-    try:
-        return _cache.stat_sources(paths)
-    except OSError:
-        return None
-
-
-def commit(writer, entry, paths, sources, options, spec, counts, times, tier):
-    """Commits the writer's file as the cache entry; returns its path, or None (warned) where it is
-    not kept: no entry asked for, a source changed while it was decoded, the commit failed (a full disk).
-    An entry not kept never fails the load: its file stays at ``writer.path`` with every frame in it
-    (the disk tier and the decode processes' tiers map it), and the caller aborts the writer once done."""
-    if entry is None:
-        return None
-    if stat_or_none(paths) != sources:
-        _cache.warn("robocache did not keep a cache entry: a source file changed while it was decoded")
-        return None
-    try:
-        all_times = np.concatenate(times) if times else np.zeros(0)
-        return str(writer.commit(key=_cache.entry_key(sources, options), spec=spec.to_dict(), counts=counts,
-                                 times=all_times, sources=sources, options=options))
-    except OSError as e:
-        _cache.warn(f"robocache could not write its cache in {writer.root} ({e.strerror or e}); going on without it")
-        return None
 
 
 class Done:

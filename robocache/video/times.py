@@ -177,7 +177,9 @@ def reconcile(key: str, times: list, video: dict, row_times: Sequence, ids: Sequ
     as one per stream, the first in full. "parquet" takes each episode's row times as its frames' (one frame
     per row, row i is frame i: nothing to check).
     """
-    out, errors, warned = list(times), [], []
+    out = list(times)
+    errors: list = []       # (source, finding) per episode, by level
+    warned: list = []
     for i, (t, rows, src, row_t) in enumerate(zip(times, video["rows"], video["sources"], row_times)):
         where = f"{src}, episode {ids[i]}"
         if not src.whole and row_t is not None:

@@ -15,9 +15,9 @@ av = pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 
 from robocache.frames import cache as rc_cache  # noqa: E402
+from robocache.frames import entry as rc_entry  # noqa: E402
 from robocache.frames import plan as rc_plan  # noqa: E402
 from robocache.frames import processes as rc_processes  # noqa: E402
-from robocache.frames import writes as rc_writes  # noqa: E402
 from robocache.frames.ingest import cached_layout, ingest_videos  # noqa: E402
 from robocache.frames.videos import load_videos  # noqa: E402
 from noise_clips import write_noise_clips
@@ -118,7 +118,7 @@ def test_entries_of_another_user_are_refused_unless_trusted(sources, cache_env, 
 
 def not_kept(monkeypatch, how):
     if how == "source changed":
-        monkeypatch.setattr(rc_writes, "stat_or_none", lambda paths: None)
+        monkeypatch.setattr(rc_entry, "stat_or_none", lambda paths: None)
     else:
         def full(self, **k):
             raise OSError(errno.ENOSPC, "No space left on device")

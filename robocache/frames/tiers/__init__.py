@@ -44,9 +44,6 @@ register(JpegTier)           # the atlas is a layout of this tier: tier_of() pic
 register(LosslessTier)
 
 TIERS = tuple(REGISTRY)
-RAW = tuple(n for n, c in REGISTRY.items() if not c.coded)        # frames stored as decoded rows
-CODED = tuple(n for n, c in REGISTRY.items() if c.coded)          # frames stored as bitstreams + offsets
-INGEST = ("device", "host", "disk")                               # where ingest_videos decodes into
 
 
 def tier_of(name: str, *, atlas: bool = False) -> Tier:
@@ -61,4 +58,4 @@ def tier_of(name: str, *, atlas: bool = False) -> Tier:
     return cls()
 
 
-__all__ = ["CODED", "INGEST", "RAW", "REGISTRY", "TIERS", "Tier", "memory_tier", "register", "tier_of"]
+__all__ = ["REGISTRY", "TIERS", "Tier", "memory_tier", "register", "tier_of"]

@@ -19,6 +19,10 @@ class Tier:
     formats: tuple = ("rgb", "yuv420")   # the store formats this tier keeps
     on_gpu = False       # the storage itself is GPU memory (the frames move with the store's device)
     needs_cache_folder = False   # the storage is a file it writes in the cache folder
+    lossy = False        # batches differ from the decoded frames (JPEG): the plan warns when auto picks it
+    shares_atlas = False  # cameras of one geometry may share its frames (robocache.frames.atlas)
+    decoded_in_host = False      # decoded rows held in host RAM (counted against the host budget)
+    ingest_into = ""     # where ingest_videos decodes its frames ("" for a coded tier: ingest_compressed codes)
     in_memory = False    # the storage is a plain tensor on the store's own device (read as it is)
 
     def __repr__(self) -> str:

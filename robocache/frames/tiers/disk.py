@@ -22,6 +22,7 @@ class DiskTier(Tier):
     name = "disk"
     holds = "frames in a memory-mapped file"
     needs_cache_folder = True
+    ingest_into = "disk"
 
     def pool_bytes(self, pool: str, size: int, need) -> int:
         # a cached stream maps the entry that is there: no disk space to find

@@ -8,6 +8,8 @@ from .rows import take_rows
 class HostTier(Tier):
     name = "host"
     holds = "frames in pinned host memory"
+    decoded_in_host = True
+    ingest_into = "host"
 
     def planned_name(self, cpu: bool) -> str:
         return "cpu" if cpu else self.name      # on the CPU, pinned memory buys nothing

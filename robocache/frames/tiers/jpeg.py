@@ -11,6 +11,8 @@ class JpegTier(CodedTier):
     name = "compressed"
     holds = "frames as JPEG"
     formats = ("jpeg",)
+    lossy = True
+    shares_atlas = True
 
     def planned_bytes(self, need) -> int:
         return need.compressed_bytes

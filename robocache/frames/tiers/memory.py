@@ -10,6 +10,7 @@ class DeviceTier(Tier):
     holds = "frames in GPU memory"
     on_gpu = True
     in_memory = True
+    ingest_into = "device"
 
     def pools(self, cpu: bool) -> tuple:
         return ("host",) if cpu else ("device",)
@@ -39,6 +40,8 @@ class CpuTier(DeviceTier):
     name = "cpu"
     holds = "frames in plain memory"
     on_gpu = False
+    decoded_in_host = True
+    ingest_into = "host"     # decoded into host memory (not pinned: robocache.frames.ingest on a CPU)
 
 
 def memory_tier(device) -> Tier:

@@ -2,10 +2,10 @@
 """One of LeRobot's own policies (ACT, or Diffusion) trained on a LeRobot set, fed by robocache, and
 optionally by LeRobot's own loader for the same steps, seed and samples, to compare the loss curves.
 
-Needs LeRobot 0.4.x (``pip install lerobot==0.4.4``; robocache itself does not) and robocache[lerobot]; nothing to
-download. Without --data it trains on the project's CR5 set where $ROBOCACHE_DATA (else ../shared/data) holds it
-as cr5_v30/, else on the README's demo set (``python -m robocache demo --write-lerobot``), written once by
-examples/demo_data.py:
+Needs LeRobot 0.4.x or 0.6.x (``pip install lerobot==0.4.4``; robocache itself does not) and robocache[lerobot];
+nothing to download. Without --data it trains on the project's CR5 set where $ROBOCACHE_DATA (else
+../shared/data) holds it as cr5_v30/, else on the README's demo set (``python -m robocache demo
+--write-lerobot``), written once by examples/demo_data.py:
 
     python examples/train_lerobot_policy.py --smoke                 # a few tiny steps on the CPU
     python examples/train_lerobot_policy.py --data demo_lerobot --loader both --steps 100 --out curve.json
@@ -18,9 +18,10 @@ v2.x), the optimizer and scheduler are the policy's presets (``make_optimizer_an
 ``lerobot-train``'s: preprocessor, ``policy.forward``, backward, gradient clipping, optimizer and scheduler.
 robocache's batches come from ``robocache.DataLoader(dataset, B, delta_timestamps=...)``; ``--loader lerobot``
 feeds the same policy from ``LeRobotDataset`` + ``torch.utils.data.DataLoader`` instead (v3.0 sets only: LeRobot
-0.4 does not read v2.x). Both take the same sample order (one seeded permutation of the frames, given to both as
-``sampler``), the policy starts from the same weights, and the policy's own randomness (ACT's latent sample and
-dropout, Diffusion's noise and crops) is reseeded at every step, so the curves differ only where the batches do.
+0.4 and 0.6 do not read v2.x; 0.6's uint8 frames made float32 / 255 as its training step makes them). Both take
+the same sample order (one seeded permutation of the frames, given to both as ``sampler``), the policy starts
+from the same weights, and the policy's own randomness (ACT's latent sample and dropout, Diffusion's noise and
+crops) is reseeded at every step, so the curves differ only where the batches do.
 
 Images: the policy sees ``--image-size`` (default 96x128 on the CPU, the set's own 480x640 on CUDA), resized by
 the same ``torch.nn.functional.interpolate`` call for both loaders (Diffusion: by the policy itself, its
@@ -103,14 +104,11 @@ def parse_args(argv=None):
 
 
 def lerobot_missing() -> str:
-    """Why this script cannot run here ("" when it can): it needs LeRobot 0.4.x."""
+    """Why this script cannot run here ("" when it can): it needs LeRobot (0.4.x or 0.6.x)."""
     try:
-        import lerobot
+        import lerobot  # noqa: F401
     except ImportError:
-        return "needs LeRobot 0.4.x (its policies, configs and optimizers): pip install lerobot==0.4.4"
-    have = getattr(lerobot, "__version__", None) or lerobot_version()
-    if not have.startswith("0.4."):
-        return f"needs LeRobot 0.4.x and this is LeRobot {have}: pip install lerobot==0.4.4"
+        return "needs LeRobot 0.4.x or 0.6.x (its policies, configs and optimizers): pip install lerobot==0.4.4"
     return ""
 
 
@@ -151,7 +149,10 @@ def train_config(args, size):
         overrides.setdefault("resize_shape", json.dumps(list(size)))
     policy = make_policy_config(args.policy, device=args.device, pretrained_backbone_weights=None,
                                 push_to_hub=False, **{k: parse_value(v) for k, v in overrides.items()})
-    from lerobot.datasets.transforms import ImageTransformsConfig
+    try:
+        from lerobot.transforms import ImageTransformsConfig            # LeRobot 0.6
+    except ImportError:
+        from lerobot.datasets.transforms import ImageTransformsConfig   # LeRobot 0.4
 
     cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id=f"local/{args.data.name}", root=str(args.data),
                                                     episodes=parse_episodes(args.episodes),
@@ -182,13 +183,19 @@ def robocache_batches(train_set, order, batch_size):
 
 
 def lerobot_batches(cfg, order, batch_size, workers):
+    """LeRobot's own loader: its ``make_dataset`` and torch's DataLoader, the cameras as its training step hands
+    them to the preprocessor (LeRobot 0.6's items are uint8, made float32 / 255 there; 0.4's are float32)."""
     from lerobot.datasets.factory import make_dataset
 
     dataset = make_dataset(cfg)
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=order, num_workers=workers,
                                          pin_memory=cfg.policy.device.startswith("cuda"),
                                          persistent_workers=workers > 0)
-    return iter(loader)
+    for batch in loader:
+        for k in dataset.meta.camera_keys:
+            if batch[k].dtype == torch.uint8:
+                batch[k] = batch[k].to(torch.float32) / 255.0
+        yield batch
 
 
 def resize_images(batch: dict, camera_keys, size) -> dict:
@@ -275,7 +282,7 @@ def main(argv=None) -> int:
     lengths = np.diff(train_set.dataset.streams[train_set.dataset.anchor].offsets.cpu().numpy())
     order = sample_order(lengths, args.steps, args.batch_size, args.seed,
                          getattr(cfg.policy, "drop_n_last_frames", 0))
-    print(f"{args.policy} on {args.data} ({meta.info['codebase_version']}, {train_set.num_episodes} episodes, "
+    print(f"{args.policy} on {args.data} ({version}, {train_set.num_episodes} episodes, "
           f"{train_set.num_frames} frames), images {native} -> {size or native}, batch {args.batch_size}, "
           f"{args.steps} steps, {device_name}")
 
@@ -313,10 +320,12 @@ def main(argv=None) -> int:
 
 
 def lerobot_decoder_missing() -> str:
-    """Why LeRobot's own loader cannot decode video here ("" when it can): it needs torchcodec, or
-    torchvision's ``io.VideoReader`` (gone from torchvision 0.26)."""
-    from lerobot.datasets.video_utils import get_safe_default_codec
-
+    """Why LeRobot's own loader cannot decode video here ("" when it can): LeRobot 0.4 needs torchcodec, or
+    torchvision's ``io.VideoReader`` (gone from torchvision 0.26); 0.6 falls back on its own PyAV decoder."""
+    try:
+        from lerobot.datasets.video_utils import get_safe_default_codec
+    except ImportError:                 # LeRobot 0.6 (get_safe_default_video_backend: torchcodec, else PyAV)
+        return ""
     if get_safe_default_codec() == "torchcodec":
         return ""
     import torchvision.io

@@ -159,7 +159,7 @@ def test_train_lerobot_policy_without_lerobot_says_what_to_install(tmp_path):
     before any data is looked for or written."""
     env = {"ROBOCACHE_DATA": str(tmp_path / "data"), "ROBOCACHE_CACHE_DIR": str(tmp_path / "cache")}
     r = _run([EXAMPLES / "train_lerobot_policy.py", "--smoke"], env, prelude="import sys; sys.modules['lerobot'] = None")
-    _one_line_error(r, "needs LeRobot 0.4.x", "pip install lerobot==0.4.4")
+    _one_line_error(r, "needs LeRobot 0.4.x or 0.6.x", "pip install lerobot==0.4.4")
     assert not (tmp_path / "cache").exists()
 
 

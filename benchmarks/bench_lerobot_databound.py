@@ -1,5 +1,5 @@
 """The data-bound LeRobot case (issue 44): LeRobot's own training script fed by its own loader against the
-same script fed by robocache (`python -m robocache.lerobot_train`), on a 4-camera 480x640 AV1 set
+same script fed by robocache (`python -m robocache.lerobot.train`), on a 4-camera 480x640 AV1 set
 (tools/make_aloha_set.py: ALOHA-shaped, written by LeRobot's recording API), batch 64, ACT and
 Diffusion (ResNet-18 backbones), one GPU, in one run. Reported: LeRobot's own `data_s` and `updt_s` per
 step (the mean of its log lines after the first), the steps/s they imply, and the loader's share of the
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"lerobot": "lerobot.scripts.lerobot_train", "robocache": "robocache.lerobot_train"}
+SCRIPTS = {"lerobot": "lerobot.scripts.lerobot_train", "robocache": "robocache.lerobot.train"}
 FIELD = re.compile(r"\b(step|loss|updt_s|data_s):([\d.]+)")     # LeRobot's log line (its field order varies)
 
 

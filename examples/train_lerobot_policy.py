@@ -13,7 +13,7 @@ nothing to download. Without --data it trains on the project's CR5 set where $RO
 
 Everything but the loader is LeRobot's:
 ``make_policy`` and ``make_pre_post_processors`` read the set's metadata and statistics
-(``robocache.lerobot_train.make_dataset``: LeRobot's ``LeRobotDatasetMetadata`` for v3.0, the same fields for
+(``robocache.lerobot.train.make_dataset``: LeRobot's ``LeRobotDatasetMetadata`` for v3.0, the same fields for
 v2.x), the optimizer and scheduler are the policy's presets (``make_optimizer_and_scheduler``), and each step is
 ``lerobot-train``'s: preprocessor, ``policy.forward``, backward, gradient clipping, optimizer and scheduler.
 robocache's batches come from ``robocache.DataLoader(dataset, B, delta_timestamps=...)``; ``--loader lerobot``
@@ -259,7 +259,7 @@ def first_batch_difference(cfg, train_set, order, batch_size, workers) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from robocache.lerobot_train import make_dataset
+    from robocache.lerobot.train import make_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)

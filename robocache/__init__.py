@@ -8,13 +8,14 @@ import os
 import sys
 import warnings
 
-from . import _C, driver
+from . import _C
+from .machine import driver
 from ._C import CudaError, get_num_threads, resample, set_num_threads
 from ._util import ReaderError
 from ._C import voxelize
 from ._C import fuse
-from .dataset import Dataset, Stream  # torch is imported inside, on first use
-from .loader import DataLoader, Window, lerobot_item  # likewise
+from .data.dataset import Dataset, Stream  # torch is imported inside, on first use
+from .loader.dataloader import DataLoader, Window, lerobot_item  # likewise
 from . import viz  # matplotlib is imported when a viz function is called
 
 __version__ = _C.__version__

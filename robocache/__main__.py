@@ -101,7 +101,7 @@ def info() -> int:
     they are not); then the driver, the devices, whether the kernels are usable here and why not,
     the CPU threads and the library versions."""
     import robocache
-    from robocache import driver as nvidia
+    from .machine import driver as nvidia
 
     b = robocache.build_info()
     drv, rt = b["cuda_driver"], b["cuda_runtime"]

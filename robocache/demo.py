@@ -65,7 +65,7 @@ def generate(num_episodes: int = 64, seed: int = 0, *, device=None):
     the gripper), ``actions`` 50 Hz float32 [7]: the joint targets 0.1 s ahead (joints 0-5) and
     the gripper command 0.1 s ahead, so a policy that reads the state history can learn them.
     """
-    from .dataset import Dataset
+    from .data.dataset import Dataset
 
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:32, 0:32].astype(np.float32)
@@ -368,7 +368,7 @@ def setup_for(ds, generated: bool, image_size: int = 64, *, action: str | None =
               state: list[str] | None = None) -> Setup:
     """Windows for the generated dataset, or sensible ones picked from a reader's streams (``action`` /
     ``state`` name them; each stream keeps its own clock, a bag's too)."""
-    from .loader import Window
+    from .loader.dataloader import Window
 
     image: str | None
     if generated:
@@ -518,7 +518,7 @@ def run(argv=None, *, out=print) -> dict:
     ``{"source", "written"}``, the folder written)."""
     torch = _torch()
     import robocache
-    from .loader import DataLoader
+    from .loader.dataloader import DataLoader
 
     parser = _parser()
     args = parser.parse_args(argv)

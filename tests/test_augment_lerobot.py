@@ -99,7 +99,7 @@ def test_make_dataset_runs_them_in_the_gather(tmp_path):
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.policies.factory import make_policy_config
 
-    from robocache import lerobot_train
+    from robocache.lerobot import train as lerobot_train
     from robocache.demo import write_lerobot
 
     root = write_lerobot(tmp_path / "demo")

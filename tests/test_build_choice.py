@@ -313,7 +313,7 @@ def test_usable_says_why_not():
 
 def run_info(monkeypatch, capsys, facts, gpus=0) -> list:
     monkeypatch.setattr(robocache, "build_info", lambda: facts)
-    monkeypatch.setattr(robocache.driver, "nvidia_gpus", lambda: gpus)
+    monkeypatch.setattr(robocache.machine.driver, "nvidia_gpus", lambda: gpus)
     monkeypatch.setattr(cli, "_nvjpeg", lambda: "stand-in")
     assert cli.info() == 0
     return capsys.readouterr().out.splitlines()

@@ -319,11 +319,13 @@ def test_flush_denormal_applies_to_every_pool_thread(op, rng, restore_threads):
 # the GIL is released around the kernels
 
 
-def ran_during(call, calls: int = 5) -> bool:
+def ran_during(call, calls: int = 500) -> bool:
     """Whether this thread ran Python while another thread was inside `call`. The switch interval
     is raised so far that a thread holding the GIL is never made to hand it over: this thread can
     then run only when the other releases the GIL (inside a call) or ends. The other thread makes
-    up to `calls` calls and stops at the first that this thread saw from the inside."""
+    up to `calls` calls and stops at the first that this thread saw from the inside. Many calls: a
+    released GIL is only a chance for this thread, which a loaded machine may not schedule within one
+    short kernel (5 calls of a 0.1 ms resample once passed unseen on a busy 2-core machine)."""
     started, seen, made = threading.Event(), threading.Event(), [0]
 
     def worker():
@@ -372,7 +374,7 @@ def test_gil_released_during_kernels(op, rng, restore_threads):
 def test_ran_during_sees_a_call_that_holds_the_gil():
     """The check above can fail: a call that keeps the GIL (a pure-Python loop, never preempted
     under the raised switch interval) is not seen from the inside; one that sleeps is."""
-    assert not ran_during(lambda: sum(range(200_000)))
+    assert not ran_during(lambda: sum(range(200_000)), calls=5)
     assert ran_during(lambda: time.sleep(0.001))
 
 

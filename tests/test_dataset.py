@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
 from robocache import Dataset, Stream  # noqa: E402
-from robocache import stats as rstats  # noqa: E402
+from robocache.data import stats as rstats  # noqa: E402
 from robocache._util import progress  # noqa: E402
 
 RATES = {"joints": 200.0, "camera": 30.0, "cloud": 10.0, "gripper": 200.0, "task": 10.0}

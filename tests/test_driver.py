@@ -1,8 +1,8 @@
-"""robocache.driver: what the NVIDIA driver says without starting CUDA, read from a fake
+"""robocache.machine.driver: what the NVIDIA driver says without starting CUDA, read from a fake
 /proc/driver/nvidia and a library that is not there (the machine's own driver, when it has one,
 is covered by test_install's build_info checks)."""
 import robocache
-from robocache import driver
+from robocache.machine import driver
 
 
 def test_nvidia_release_reads_the_kernel_modules_version_line(tmp_path):

@@ -17,7 +17,7 @@ import robocache  # noqa: E402
 from pairs import paired  # noqa: E402
 from lerobot_forge import TASKS, write_lerobot  # noqa: E402
 from robocache import DataLoader, Window  # noqa: E402
-from robocache.loader import IDENTITY  # noqa: E402
+from robocache.loader.dataloader import IDENTITY  # noqa: E402
 
 
 def multirate(rng, device="cpu", episode_index=None):

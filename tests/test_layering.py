@@ -592,7 +592,7 @@ def test_no_library_file_over_800_lines():
 
 def test_the_model_does_not_import_tools():
     deps = _imports_of(ROOT / "robocache")
-    model = ("robocache.dataset", "robocache.stream", "robocache.build", "robocache.stats")
+    model = ("robocache.data.dataset", "robocache.data.stream", "robocache.data.build", "robocache.data.stats")
     tools = ("robocache.doctor", "robocache.viz", "robocache.demo", "robocache.bench", "robocache.__main__")
     bad = [(m, d) for m in model for d in deps.get(m, ()) if d.startswith(tools)]
     assert not bad, f"the dataset model imports tools (tools import the model, not the other way): {bad}"

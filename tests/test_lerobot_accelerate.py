@@ -1,4 +1,4 @@
-"""``python -m robocache.lerobot_train`` under accelerate, two processes on the CPU (gloo), the LeRobot way:
+"""``python -m robocache.lerobot.train`` under accelerate, two processes on the CPU (gloo), the LeRobot way:
 every process trains on its own share of LeRobot's sampler, as accelerate deals torch's loader's batches out.
 Runs only where LeRobot (0.4.x or 0.6.x) and accelerate are installed (optional dependencies, not in the test
 extra); the data is written here (robocache.demo.write_lerobot), so it needs nothing else.

@@ -28,6 +28,7 @@ Image = pytest.importorskip("PIL.Image")
 
 import robocache  # noqa: E402
 from robocache import DataLoader, ReaderError  # noqa: E402
+from lerobot_forge import assert_lerobot_batch  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cache_env")
 FPS = 10
@@ -266,17 +267,6 @@ def lerobot_items(root, **kw):
     return LeRobotDataset("local/edited", root=root, **kw)
 
 
-def assert_same(got, want, where):
-    assert set(got) == set(want), (where, set(got) ^ set(want))
-    for k, w in want.items():
-        g = got[k]
-        if isinstance(w, torch.Tensor):
-            assert g.dtype == w.dtype and g.shape == w.shape, (where, k, g.dtype, w.dtype, g.shape, w.shape)
-            assert torch.equal(g.cpu(), w), (where, k, (g.cpu().float() - w.float()).abs().max())
-        else:
-            assert g == w, (where, k, g, w)
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_batches_and_items_are_lerobots(edited, kind):
     from torch.utils.data import default_collate
@@ -296,7 +286,7 @@ def test_batches_and_items_are_lerobots(edited, kind):
     seen = []
     for b in DataLoader(ds, 8, shuffle=True, seed=1, delta_timestamps=dt):
         idx = b["index"].tolist()
-        assert_same(b, default_collate([ref[at[i]] for i in idx]), f"{kind}, indices {idx}")
+        assert_lerobot_batch(b, default_collate([ref[at[i]] for i in idx]), f"{kind}, indices {idx}")
         seen += idx
     assert sorted(seen) == sorted(at)
     plain = lerobot_items(root)
@@ -305,7 +295,7 @@ def test_batches_and_items_are_lerobots(edited, kind):
         for k in cams:           # ds[i] keeps frames as stored, [H, W, C]; LeRobot's are float CHW
             item[k] = item[k].permute(2, 0, 1).float() / (255 if item[k].dtype == torch.uint8 else 1)
         item["timestamp"] = item["timestamp"].float()
-        assert_same(item, plain[i], f"{kind}, ds[{i}]")
+        assert_lerobot_batch(item, plain[i], f"{kind}, ds[{i}]", contiguous=False)
 
 
 def test_a_subset_of_a_merged_set_is_lerobots(edited):
@@ -319,6 +309,6 @@ def test_a_subset_of_a_merged_set_is_lerobots(edited):
     seen = []
     for b in DataLoader(ds, 8, delta_timestamps=dt):
         idx = b["index"].tolist()
-        assert_same(b, default_collate([ref[at[i]] for i in idx]), f"indices {idx}")
+        assert_lerobot_batch(b, default_collate([ref[at[i]] for i in idx]), f"indices {idx}")
         seen += idx
     assert sorted(seen) == sorted(at)

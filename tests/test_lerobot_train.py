@@ -1,4 +1,4 @@
-"""LeRobot's own training script fed by robocache (robocache/lerobot_train.py) and
+"""LeRobot's own training script fed by robocache (robocache/lerobot/train.py) and
 examples/train_lerobot_policy.py, on the real CR5 sets. Runs only where LeRobot (0.4.x or 0.6.x) is installed:
 it is an optional dependency, not in the test extra; CI's optional LeRobot step (.ci/run) installs 0.4.4 in a
 venv of its own and runs this module there.
@@ -29,8 +29,8 @@ from lerobot.configs.default import DatasetConfig  # noqa: E402
 from lerobot.configs.train import TrainPipelineConfig  # noqa: E402
 from lerobot.policies.factory import make_policy_config  # noqa: E402
 
-from robocache import lerobot_compat, lerobot_train  # noqa: E402
-from robocache.lerobot_train import DataLoader, IndexSampler, ImageTransformer, TrainSet, V2Meta  # noqa: E402
+from robocache.lerobot import compat as lerobot_compat, train as lerobot_train  # noqa: E402
+from robocache.lerobot.train import DataLoader, IndexSampler, ImageTransformer, TrainSet, V2Meta  # noqa: E402
 from robocache.readers.lerobot import lerobot_home  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def test_sampler_shares_between_ranks(v30_subset, monkeypatch, batch_size, world
     """Under torch.distributed each rank takes the samples accelerate hands its process of LeRobot's
     sampler (accelerate's own BatchSamplerShard is the oracle): whole batches in turn, the pass completed from
     its start (64 x 2: fewer samples than one round)."""
-    import robocache.shard
+    import robocache.loader.shard
 
     BatchSamplerShard = pytest.importorskip("accelerate.data_loader").BatchSamplerShard
     _, ts = v30_subset
@@ -204,7 +204,7 @@ def test_sampler_shares_between_ranks(v30_subset, monkeypatch, batch_size, world
     length1 = ts.meta.episodes["length"][1]
     position = {**{i: length1 + i - f for i in range(f, f + n)}, ts.dataset.meta.first_index[1]: 0}  # episode 1 first
     for rank in range(world):
-        monkeypatch.setattr(robocache.shard, "distributed", lambda r, w, rank=rank: (rank, world))
+        monkeypatch.setattr(robocache.loader.shard, "distributed", lambda r, w, rank=rank: (rank, world))
         s = IndexSampler(draw, ts.dataset, batch_size)
         batches = BatchSamplerShard(torch.utils.data.BatchSampler(draw, batch_size, False), world, rank)
         expect = [position[i] for b in batches for i in b]
@@ -312,13 +312,13 @@ def run(args, cwd, timeout=900):
 
 @pytest.mark.parametrize("policy", ["act", "diffusion"])
 def test_lerobot_train_command_line(cr5_v30, tmp_path, policy):
-    """`python -m robocache.lerobot_train` takes lerobot-train's arguments and trains (Diffusion: through its
+    """`python -m robocache.lerobot.train` takes lerobot-train's arguments and trains (Diffusion: through its
     EpisodeAwareSampler)."""
     small = {"act": [f"--policy.{k}={v}" for k, v in SMALL_ACT.items()],
              "diffusion": ["--policy.down_dims=[16,32]", "--policy.crop_shape=[64,64]", "--policy.horizon=8",
                            "--policy.n_action_steps=4", "--policy.diffusion_step_embed_dim=16",
                            "--policy.spatial_softmax_num_keypoints=8"]}[policy]
-    r = run(["-m", "robocache.lerobot_train", f"--dataset.repo_id=local/{cr5_v30.name}",
+    r = run(["-m", "robocache.lerobot.train", f"--dataset.repo_id=local/{cr5_v30.name}",
              f"--dataset.root={cr5_v30}", "--dataset.episodes=[0]", f"--policy.type={policy}",
              "--policy.device=cpu", "--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null",
              *small, "--steps=2", "--batch_size=2", "--num_workers=0", "--log_freq=1", "--save_checkpoint=false",

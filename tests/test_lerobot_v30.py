@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 import robocache  # noqa: E402
 from pairs import paired  # noqa: E402
 from lerobot_forge import TASKS, convert_v21_to_v30, write_lerobot  # noqa: E402
-from robocache.loader import DataLoader, IDENTITY, Window  # noqa: E402
+from robocache.loader.dataloader import DataLoader, IDENTITY, Window  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
 from robocache.video import decode as rc_decode  # noqa: E402
 

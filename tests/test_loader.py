@@ -647,10 +647,10 @@ def test_graph_launch_rejects_bad_handles():
 
 
 def test_graph_slot_outputs_know_when_a_batch_is_alive():
-    """The graph slots' bookkeeping (robocache/batch_graph.py), on CPU tensors: outputs that
+    """The graph slots' bookkeeping (robocache/loader/batch_graph.py), on CPU tensors: outputs that
     share memory with anything are copied; a slot is busy while any alias of its batch, or a
     view of one, is alive, and free again once they are gone."""
-    from robocache.batch_graph import Outputs, _owned
+    from robocache.loader.batch_graph import Outputs, _owned
     mask = torch.tensor([True, True, False])
     grid = torch.arange(32.0)
     frames = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 4, 5, 3)

@@ -282,7 +282,7 @@ def test_graph_replay_waits_for_the_consumer(pair):
 
 
 def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
-    from robocache import batch_graph
+    from robocache.loader import batch_graph
     monkeypatch.setattr(batch_graph, "supported", lambda: False)
     _, gpu = pair
     g = DataLoader(gpu, 6, shuffle=True, seed=4, windows=graph_windows())
@@ -295,7 +295,7 @@ def test_graph_unsupported_torch_warns_and_stays_eager(pair, monkeypatch):
 
 
 def test_graph_capture_oom_empties_the_cache_once_and_retries(pair, monkeypatch):
-    from robocache import batch_graph
+    from robocache.loader import batch_graph
     real, calls, emptied = batch_graph.BatchGraph, [], []
 
     def flaky(*a, **k):

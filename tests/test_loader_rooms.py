@@ -21,11 +21,11 @@ def _tree(name: str) -> ast.Module:
 
 
 def test_dataloader_class_under_300_lines():
-    cls = next(n for n in _tree("loader.py").body if isinstance(n, ast.ClassDef) and n.name == "DataLoader")
+    cls = next(n for n in _tree("loader/dataloader.py").body if isinstance(n, ast.ClassDef) and n.name == "DataLoader")
     assert cls.end_lineno - cls.lineno + 1 < 300
 
 
-@pytest.mark.parametrize("name", ["loader.py", "batches.py"])
+@pytest.mark.parametrize("name", ["loader/dataloader.py", "loader/batches.py"])
 def test_the_loader_knows_no_storage_tier(name):
     words = {n.attr for n in ast.walk(_tree(name)) if isinstance(n, ast.Attribute)}
     words |= {n.id for n in ast.walk(_tree(name)) if isinstance(n, ast.Name)}
@@ -49,7 +49,7 @@ def test_a_plan_per_kind_of_stream(rng):
     import numpy as np
 
     import robocache
-    from robocache.plans import CloudPlan, FramePlan, StreamPlan, plan
+    from robocache.loader.plans import CloudPlan, FramePlan, StreamPlan, plan
     eps = [{"joints": (rng.standard_normal((20, 3)).astype(np.float32), np.arange(20) / 10),
             "cam": (rng.integers(0, 255, (5, 4, 6, 3), dtype=np.uint8), np.arange(5) / 2.5)}]
     ds = robocache.Dataset.from_episodes(eps, device="cpu")

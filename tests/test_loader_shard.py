@@ -12,7 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
-from robocache import DataLoader, Window, shard  # noqa: E402
+from robocache import DataLoader, Window  # noqa: E402
+from robocache.loader import shard  # noqa: E402
 from pairs import paired  # noqa: E402
 from test_loader import make_episodes  # noqa: E402
 from test_loader_pointcloud import VOXEL, make_episodes as make_cloud_episodes  # noqa: E402
@@ -164,7 +165,7 @@ def test_shards_compute_statistics_only_for_normalized_windows(rng, monkeypatch)
     """Issue 31 item 2: a sharded loader over a CPU-loaded set spent 73-85 s per rank computing statistics
     over every image frame in its first subset, for nothing. Statistics are computed only for a stream a
     window normalizes, once, over the whole set; normalized batches are what they were."""
-    from robocache import stream
+    from robocache.data import stream
     calls = []
     compute = stream.compute_stats
     monkeypatch.setattr(stream, "compute_stats", lambda s: calls.append(s.name) or compute(s))
@@ -297,7 +298,7 @@ def test_rank_samples(seed):
     """shard.rank_samples: every sample on exactly one rank; whole episodes where they balance the ranks to
     TOLERANCE of an epoch both ways, else runs balanced to a sample, an episode cut at most once per rank
     boundary."""
-    from robocache.shard import TOLERANCE, assign, rank_samples
+    from robocache.loader.shard import TOLERANCE, assign, rank_samples
     r = np.random.default_rng(seed)
     counts = r.integers(1, 400, r.integers(1, 40))
     weights = counts * r.integers(1, 5, counts.size)

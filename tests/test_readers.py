@@ -188,7 +188,7 @@ def test_groot_video_options(groot):
 def test_groot_dataset(groot):
     pytest.importorskip("torch")
     pytest.importorskip("pyarrow")
-    from robocache.dataset import Dataset
+    from robocache.data.dataset import Dataset
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = Dataset.from_lerobot(groot, device="cpu", load_video=bool(available_backends()))
@@ -241,7 +241,7 @@ def test_pusht_zarr_path_equals_fast_path(pusht, pusht_eps):
 def test_pusht_dataset(pusht):
     pytest.importorskip("torch")
     pytest.importorskip("zarr")
-    from robocache.dataset import Dataset
+    from robocache.data.dataset import Dataset
     ds = Dataset.from_zarr(pusht, keys=["state", "action"], device="cpu")
     assert len(ds) == 206 and ds.streams["state"].values.shape == (25650, 5)
 
@@ -300,7 +300,7 @@ def test_robomimic(tmp_path, rng):
 def test_robomimic_dataset(tmp_path, rng):
     h5py = pytest.importorskip("h5py")
     pytest.importorskip("torch")
-    from robocache.dataset import Dataset
+    from robocache.data.dataset import Dataset
     path = tmp_path / "demo.hdf5"
     lengths = _write_robomimic(path, h5py, rng)
     ds = Dataset.from_robomimic(path, filter_key="valid", device="cpu")

@@ -181,7 +181,7 @@ def test_unknown_stream_names_the_streams(ds):
 
 
 def test_rosbag_warnings_point_at_the_users_call(tmp_path):
-    """A reader warning reached through Dataset.from_rosbag named a line of robocache/dataset.py (a fixed
+    """A reader warning reached through Dataset.from_rosbag named a line of robocache/data/dataset.py (a fixed
     stacklevel counts one call depth); it names the caller's line however deep robocache's frames go."""
     pytest.importorskip("rosbags")
     import rosbag_forge as forge
@@ -199,7 +199,7 @@ def test_rosbag_warnings_point_at_the_users_call(tmp_path):
 @pytest.mark.cuda
 def test_graph_capture_warning_points_at_the_users_loop(monkeypatch):
     """The capture runs inside the loader's generator, two calls below the user's for loop."""
-    from robocache import batch_graph
+    from robocache.loader import batch_graph
     monkeypatch.setattr(batch_graph, "supported", lambda: False)
     t = np.arange(40) / 50.0
     ds = robocache.Dataset.from_episodes([{"j": (np.zeros((40, 2), np.float32), t)}], device="cuda")

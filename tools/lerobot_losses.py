@@ -6,7 +6,7 @@ step of both (issue 44: the same losses, on LeRobot 0.4.x and 0.6.x).
     python tools/lerobot_losses.py --loader robocache -- <lerobot-train arguments>   # one run, JSON to stdout
 
 Each run is a process of its own (``lerobot.scripts.lerobot_train``'s ``main``, or robocache's
-``python -m robocache.lerobot_train``), with the script's ``update_policy`` wrapped to record the loss it
+``python -m robocache.lerobot.train``), with the script's ``update_policy`` wrapped to record the loss it
 computed at each step. Nothing else changes: the sampler, the seed, the policy's randomness are the script's.
 ``--episode-aware`` gives a policy without ``drop_n_last_frames`` (ACT) LeRobot's ``EpisodeAwareSampler``
 anyway (drop 0): LeRobot 0.4 shuffles those with torch's ``RandomSampler``, robocache with its own
@@ -46,7 +46,7 @@ def record(args) -> dict:
     script.update_policy = recorded
     sys.argv = [sys.argv[0], *args.lerobot]
     if args.loader == "robocache":
-        from robocache.lerobot_train import main
+        from robocache.lerobot.train import main
         main()
     else:
         script.main()

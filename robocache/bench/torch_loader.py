@@ -18,7 +18,7 @@ with robocache, so it follows docs/loader.md exactly:
   ``(x - center) * scale`` from ``stream.stats``), the ``dtype`` cast, zero-padding to ``max_dim``
   (with ``{key}_dim_mask``);
 - the sample order of epoch ``e`` is the same permutation robocache draws
-  (``torch.randperm`` from a CPU generator seeded with ``robocache.shard.epoch_seed(seed, e)``).
+  (``torch.randperm`` from a CPU generator seeded with ``robocache.loader.shard.epoch_seed(seed, e)``).
 
 So ``make_torch_loader(ds, windows, B, seed, epoch)`` and
 ``robocache.DataLoader(ds, B, shuffle=True, seed=seed, windows=windows)`` at ``set_epoch(epoch)`` give equal
@@ -37,9 +37,9 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from .._util import torch as _torch
-from ..dataset import Dataset
-from ..shard import epoch_seed
-from ..windows import Window
+from ..data.dataset import Dataset
+from ..loader.shard import epoch_seed
+from ..loader.windows import Window
 
 torch = _torch()  # this module is torch's DataLoader: torch is required to import it
 
@@ -234,7 +234,7 @@ class WindowDataset(torch.utils.data.Dataset):
 
 class EpochSampler(torch.utils.data.Sampler):
     """The sample order of ``robocache.DataLoader`` for ``(seed, epoch)``: a ``torch.randperm``
-    from a CPU generator seeded with ``robocache.shard.epoch_seed(seed, epoch)`` (or
+    from a CPU generator seeded with ``robocache.loader.shard.epoch_seed(seed, epoch)`` (or
     ``range(n)`` without shuffling). ``set_epoch`` as ``DistributedSampler``."""
 
     def __init__(self, num_samples: int, seed: int = 0, epoch: int = 0, shuffle: bool = True):

@@ -147,7 +147,7 @@ class JpegAtlas:
         import torch
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
         key = (rows.tobytes(), str(device), stream)
-        # per thread: the loader makes two batches at once on two threads (robocache/batches.py)
+        # per thread: the loader makes two batches at once on two threads (robocache/loader/batches.py)
         last = getattr(self._last, "entry", None)
         if last is not None and last[0] == key:
             last[2] += 1

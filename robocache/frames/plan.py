@@ -4,7 +4,7 @@ Budgets (bytes), unless given:
 - device: 25% of the GPU's free memory at load time, less what the dataset's other streams take. The
   rest is the model's: a policy's weights, optimizer state and activations usually need most of a GPU,
   and a loader that takes them would move the out-of-memory error into the training step.
-- host: 50% of the host memory this process may still take (robocache.memory: the smallest of
+- host: 50% of the host memory this process may still take (robocache.machine.memory: the smallest of
   ``MemAvailable``, the container's cgroup limit less its usage, and what ``RLIMIT_AS`` leaves) for
   pinned frames: pinned pages cannot be swapped or reclaimed, and the page cache, the DataLoader-free
   training process and other jobs need the rest.
@@ -30,7 +30,7 @@ import shutil
 from dataclasses import dataclass
 from numbers import Real
 
-from .. import memory
+from ..machine import memory
 from .tiers import tier_of
 
 TIER_ORDER = ("device", "host", "disk", "lossless", "compressed")
@@ -117,7 +117,7 @@ class Budgets:
     disk: int
     disk_dir: str = ""
     address: int | None = None   # bytes of address space the frames may map (RLIMIT_AS); None: no limit
-    host_limit: str = ""         # the limit a default host budget is half of (robocache.memory), for messages
+    host_limit: str = ""         # the limit a default host budget is half of (robocache.machine.memory), for messages
     disk_why: str = ""           # why there is no disk budget (disk_unusable), for messages
 
 

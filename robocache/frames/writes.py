@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..memory import available_host_memory
+from ..machine.memory import available_host_memory
 from . import cache as _cache
 
 

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..memory import available_host_memory
+from ..machine.memory import available_host_memory
 from ._common import Episodes, ReaderError, infer_kind, progress, require, step_times
 
 

@@ -1,4 +1,4 @@
-"""Container memory limits: robocache.memory reads the cgroup (v1 and v2), RLIMIT_AS and MemAvailable,
+"""Container memory limits: robocache.machine.memory reads the cgroup (v1 and v2), RLIMIT_AS and MemAvailable,
 and the memory plan's host budget takes the smallest; under RLIMIT_AS in a child process, frames="auto"
 picks a tier that fits instead of failing on an allocation."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from robocache import memory
+from robocache.machine import memory
 from robocache.frames import plan as fplan
 
 ROOT = Path(__file__).resolve().parents[2]

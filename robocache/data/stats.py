@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from ._util import torch as _torch
-from .frames.store import FrameStore
+from .._util import torch as _torch
+from ..frames.store import FrameStore
 
 __all__ = ["QUANTILE_ROWS", "STATS_CHUNK", "compute_stats"]
 

@@ -30,15 +30,15 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from ._util import torch as _torch
+from .._util import torch as _torch
 from .batches import CpuBatches, CudaBatches
-from .dataset import Dataset
+from ..data.dataset import Dataset
 from .identity import IDENTITY, Identity, identity_keys
 from .resume import Position, resume_point, saved_state
 from .sampling import Samples, episode_counts
 from .shard import distributed, episode_shard, held_for_rest, loaded_shard
 from .torch_keywords import batch_collate, warn_worker_keywords
-from .user_warning import warn
+from ..user_warning import warn
 from .plans import BatchPlan
 from .windows import Window, check_windows
 
@@ -121,7 +121,7 @@ class DataLoader:
         default: the default batch stays what the windows make, with no host work that grows with B.
         ``task_index`` and ``task`` are the sample frame's own where the source has a task per frame.
     delta_timestamps : dict, optional
-        LeRobot's ``{key: [seconds, ...]}``: the batch is then LeRobot's (robocache/lerobot.py, docs/loader.md):
+        LeRobot's ``{key: [seconds, ...]}``: the batch is then LeRobot's (robocache/lerobot/contract.py, docs/loader.md):
         every feature of the dataset, keys in ``delta_timestamps`` with a time axis and ``{key}_is_pad``,
         the others without; images float32 CHW in [0, 1]; the identity keys with a dataset-wide ``index``.
         ``windows`` may add keys of their own. Deltas off the ``1 / fps`` grid by more than
@@ -129,7 +129,7 @@ class DataLoader:
         ``augment.Augment``, a torchvision Compose or LeRobot's ImageTransforms) augments its cameras in the gather.
     num_workers, pin_memory, persistent_workers, prefetch_factor, worker_init_fn, timeout,
     multiprocessing_context, pin_memory_device, in_order :
-        Accepted, and one warning names those that would change torch's loader (robocache/torch_keywords.py):
+        Accepted, and one warning names those that would change torch's loader (robocache/loader/torch_keywords.py):
         batches are made on the device by kernels, with no workers to start and nothing to pin.
     """
 
@@ -147,10 +147,10 @@ class DataLoader:
         torch = _torch()
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset: expected a robocache.Dataset, got {type(dataset).__name__}")
-        # LeRobot's batches (robocache/lerobot.py): its features as windows, the identity keys, its shapes
+        # LeRobot's batches (robocache/lerobot/contract.py): its features as windows, the identity keys, its shapes
         self._lerobot = None
         if delta_timestamps is not None or image_transforms is not None:   # (transforms need timestamps: below)
-            from .lerobot import LeRobotBatches
+            from ..lerobot.contract import LeRobotBatches
             self._lerobot = LeRobotBatches(dataset, delta_timestamps, tolerance_s, image_transforms)
             windows = {**self._lerobot.windows, **dict(windows or {})}
             identity = True

@@ -1,6 +1,6 @@
 # mypy: disable-error-code="import-untyped,import-not-found"
 # (LeRobot ships no type information, and is optional: absent where robocache is checked)
-"""What differs between the LeRobot versions ``robocache.lerobot_train`` feeds (0.4.x and 0.6.x), each found
+"""What differs between the LeRobot versions ``robocache.lerobot.train`` feeds (0.4.x and 0.6.x), each found
 by what the installed LeRobot has rather than by its version string:
 
 - ``ImageTransforms``: ``lerobot.datasets.transforms`` (0.4) moved to ``lerobot.transforms`` (0.6);

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._C import _graph_launch
-from ._util import torch as _torch
+from .._C import _graph_launch
+from .._util import torch as _torch
 
 # a plain loop holds the previous batch while asking for the next, the loader holds the one it
 # hands out and prefetches one more: 3; one spare for a caller that looks one batch ahead (as

@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._util import torch as _torch
-from .dataset import Dataset
+from .._util import torch as _torch
+from ..data.dataset import Dataset
 from .windows import VOXEL_FEATURE_MODES, Window, check, target_size, target_steps, torch_dtype
 
 #: the batch's samples on the host, asked for only by a plan that stages on the host:
@@ -122,7 +122,7 @@ class StreamPlan(Plan):
     def _values(self, ds: Dataset, episodes, new_times):
         """``(values [B, T, ...], is_pad [B, T])``: one fuse over the streams, or one resample."""
         if self.fused:
-            from ._C import fuse
+            from .._C import fuse
             x, pad = fuse(self.fused, new_times, modes=self.modes, index=episodes, return_mask=True,
                           tolerance=self.tolerance, check=False if ds.device.type == "cuda" else None)
             return x, pad.any(-1)
@@ -194,7 +194,7 @@ class FramePlan(Plan):
     def _host_ids(self, ep, t):
         """Frame ids ``[B, T]`` computed on the host (CPU resample of the frame numbers) from the batch's
         host-side episodes and anchor times: what a host-staged store copies, with no GPU read-back."""
-        from ._C import resample
+        from .._C import resample
         times, offsets, offs = self._host
         ids, pad = resample(np.arange(times.shape[0], dtype=np.int64), times, t[:, None] + offs[None, :],
                             mode=self.modes[0], offsets=offsets, index=ep, return_mask=True,
@@ -225,7 +225,7 @@ class CloudPlan(Plan):
     def _probe(self, spec: dict, s) -> dict:
         """The voxel spec, checked once: a voxelize call on an empty cloud raises what a batch would."""
         torch = _torch()
-        from ._C import voxelize
+        from .._C import voxelize
         C = s.shape[-1] if s.shape else 0
         if C < 3:
             raise ValueError(f"windows[{self.key!r}]: points of {s.name!r} have {C} columns; need x, y, z first")
@@ -252,7 +252,7 @@ class CloudPlan(Plan):
         dense [B*T, max points, C] block with lengths (no host sync: the block size is fixed at
         construction), then one voxelize launch."""
         torch = _torch()
-        from ._C import voxelize
+        from .._C import voxelize
         s = ds.streams[self.names[0]]
         frames, pad = ds.resample(self.names[0], episodes, new_times, mode=self.modes[0], return_mask=True,
                                   tolerance=self.tolerance)
@@ -304,7 +304,7 @@ class BatchPlan:
         """The augmented windows draw epoch ``epoch`` of ``seed`` from now on: one fill of a device
         tensor on the current stream (a captured graph reads it there)."""
         if self.augmented:
-            from .augment import epoch_key
+            from ..augment import epoch_key
             k = epoch_key(seed, epoch)
             for p in self.augmented:
                 p.epoch_key.fill_(k)

@@ -16,8 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._util import torch as _torch
-from .stream import MODES
+from .._util import torch as _torch
+from ..data.stream import MODES
 
 __all__ = ["Window"]
 
@@ -163,7 +163,7 @@ def check(w: Window) -> None:
 
 
 def _check_augment(where: str, w: Window) -> None:
-    from .augment import Augment
+    from ..augment import Augment
     if not isinstance(w.augment, Augment):
         try:
             w.augment = Augment.from_torchvision(w.augment)

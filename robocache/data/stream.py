@@ -5,7 +5,7 @@ frames in a :class:`robocache.frames.FrameStore`), ``times [N]`` float64 seconds
 int64 (episode e is samples ``[offsets[e], offsets[e+1])``): the ragged form ``robocache.resample`` reads
 directly. Point clouds add one level: ``values [P,C]`` points, ``frame_offsets [M+1]`` over points,
 ``times [M]`` per frame, ``offsets [E+1]`` over frames. :class:`Episode` is one episode's metadata.
-Streams are built by ``robocache.build.EpisodeBuilder``; their statistics come from ``robocache.stats``.
+Streams are built by ``robocache.data.build.EpisodeBuilder``; their statistics come from ``robocache.data.stats``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._util import dtype_name, fmt_bytes, fmt_rate, fmt_seconds, resolve_device
-from ._util import torch as _torch
-from .frames.store import FrameStore
+from .._util import dtype_name, fmt_bytes, fmt_rate, fmt_seconds, resolve_device
+from .._util import torch as _torch
+from ..frames.store import FrameStore
 from .stats import compute_stats
 
 __all__ = ["COPY_MODES", "DEFAULT_MODES", "Episode", "KINDS", "MODES", "PointClouds", "Stream", "Streams"]
@@ -229,7 +229,7 @@ class Stream:
         images and point clouds are reduced per channel (last dim: ``[C]``). std is the
         population std (ddof=0, as numpy and LeRobot). min/max/mean/std use every row;
         q01/q99 use ``torch.quantile`` (linear interpolation, numpy's default) on all rows up
-        to ``robocache.stats.QUANTILE_ROWS`` rows, else on that many evenly spaced rows (deterministic).
+        to ``robocache.data.stats.QUANTILE_ROWS`` rows, else on that many evenly spaced rows (deterministic).
         8-bit values (uint8 images, int8, bool) use per-feature 256-bin histograms instead:
         exact over all rows, quantiles included. Text streams have no statistics (``{}``);
         empty streams give NaN.

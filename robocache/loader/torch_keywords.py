@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .user_warning import warn
+from ..user_warning import warn
 
 __all__ = ["WORKER_KEYWORDS", "warn_worker_keywords", "batch_collate"]
 

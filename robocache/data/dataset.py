@@ -1,8 +1,8 @@
 """robocache.Dataset: episodes of named, timestamped streams held ragged on one device.
 
-The public facade over rooms by job: the stream model (``robocache.stream``: ``Stream``, ``Episode``,
-``PointClouds``), the episode builder that checks and lays out what a reader read (``robocache.build``),
-statistics (``robocache.stats``) and the readers (``robocache.readers``). A Dataset holds its streams and
+The public facade over rooms by job: the stream model (``robocache.data.stream``: ``Stream``, ``Episode``,
+``PointClouds``), the episode builder that checks and lays out what a reader read (``robocache.data.build``),
+statistics (``robocache.data.stats``) and the readers (``robocache.readers``). A Dataset holds its streams and
 episodes' metadata and answers the loader's one call per stream and batch, ``resample``.
 
 Timestamps are validated once, at build (finite, non-decreasing per episode), which is why the
@@ -18,12 +18,12 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ._C import resample as _resample
-from ._util import dtype_name, fmt_bytes, fmt_seconds, plural, resolve_device
-from ._util import torch as _torch
+from .._C import resample as _resample
+from .._util import dtype_name, fmt_bytes, fmt_seconds, plural, resolve_device
+from .._util import torch as _torch
 from .build import EpisodeBuilder
-from .identity import lerobot_index
-from .shard import lerobot_shard as _lerobot_shard    # (its name before it moved to shard.py)
+from ..loader.identity import lerobot_index
+from ..loader.shard import lerobot_shard as _lerobot_shard    # (its name before it moved to shard.py)
 from .stream import Episode, PointClouds, Stream, Streams  # PointClouds: public here as before the split
 
 __all__ = ["Dataset", "Episode", "FramesView", "PointClouds", "Stream"]
@@ -244,10 +244,10 @@ class Dataset:
         Streams keep LeRobot's keys (``observation.state``, ``action``,
         ``observation.images.ego_view``); times are the ``timestamp`` column (seconds).
         """
-        from .frames.videos import load_reader_videos
-        from .readers import lerobot_root, read_lerobot
-        from .video import check_resize, resolve_backend
-        from .video.times import check_timestamps_mode
+        from ..frames.videos import load_reader_videos
+        from ..readers import lerobot_root, read_lerobot
+        from ..video import check_resize, resolve_backend
+        from ..video.times import check_timestamps_mode
         video_resize = check_resize(video_resize)
         if load_video:
             resolve_backend(video_backend)      # a bad name or no decoder: before anything is read
@@ -290,7 +290,7 @@ class Dataset:
         Streams: ``obs/<key>``, ``actions``, ``rewards``, ``dones`` (paths inside the demo group);
         demos in numeric order (demo_2 before demo_10).
         """
-        from .readers import read_robomimic
+        from ..readers import read_robomimic
         eps = read_robomimic(path, obs_keys=obs_keys, filter_key=filter_key, rate=rate,
                              include_next_obs=include_next_obs)
         return cls._from_read(eps, device, validate)
@@ -309,7 +309,7 @@ class Dataset:
         keys : list of str, optional
             Arrays under ``data/`` to load (default all). Dtypes are kept (PushT ``img`` is float32).
         """
-        from .readers import read_zarr
+        from ..readers import read_zarr
         eps = read_zarr(path, rate=rate, keys=keys, show_progress=show_progress)
         return cls._from_read(eps, device, validate)
 
@@ -366,7 +366,7 @@ class Dataset:
         (``/joint_states.position``, ``/imu/data.orientation``,
         ``/tf:world->base_link.translation``). See docs/rosbag.md.
         """
-        from .readers import read_rosbag
+        from ..readers import read_rosbag
         eps = read_rosbag(path, topics=topics, exclude=exclude, fields=fields, rename=rename, modes=modes,
                           clock=clock, dtype=dtype, joint_fill=joint_fill, point_fields=point_fields,
                           drop_invalid_points=drop_invalid_points, load_images=load_images, image_size=image_size,
@@ -622,7 +622,7 @@ class Dataset:
         out.shard, out.meta = self.shard, self.meta
         return out
 
-    # --- LeRobotDataset's metadata (robocache/lerobot.py) -----------------------------------
+    # --- LeRobotDataset's metadata (robocache/lerobot/contract.py) -----------------------------------
 
     @property
     def fps(self) -> float | None:

@@ -28,8 +28,8 @@ Run = Generator[tuple[int, dict], None, None]
 #: host-staged batches in flight at once (each made on its own staging thread)
 STAGED_AHEAD = 2
 
-from ._util import torch as _torch
-from .user_warning import warn
+from .._util import torch as _torch
+from ..user_warning import warn
 
 
 def make(recipe, tables, k: int, batch_size: int, host_samples: Callable) -> dict:

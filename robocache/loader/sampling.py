@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sized
 
 import numpy as np
 
-from ._util import torch as _torch
-from .dataset import Dataset
+from .._util import torch as _torch
+from ..data.dataset import Dataset
 from .shard import epoch_seed, rank_samples
 
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._util import torch as _torch_module
+from .._util import torch as _torch_module
 
 #: LeRobot's bookkeeping columns: batch keys of their own, never windows
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -61,7 +61,7 @@ class LeRobotBatches:
     and dtypes (views and casts on the device)."""
 
     def __init__(self, ds, delta_timestamps: Mapping | None, tolerance_s: float = TOLERANCE_S, image_transforms=None):
-        from .windows import Window
+        from ..loader.windows import Window
 
         if delta_timestamps is None:
             raise ValueError("image_transforms: for LeRobot's batches (with delta_timestamps); a Window takes "

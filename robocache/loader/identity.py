@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ._util import torch as _torch
+from .._util import torch as _torch
 
 #: what ``identity=True`` adds to every batch: who each sample is (LeRobot's batch keys)
 IDENTITY = ("episode_index", "frame_index", "timestamp", "index", "task_index", "task")

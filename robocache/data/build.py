@@ -16,11 +16,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._util import dtype_name, progress, resolve_device
-from ._util import torch as _torch
-from .frames.store import FrameStore
+from .._util import dtype_name, progress, resolve_device
+from .._util import torch as _torch
+from ..frames.store import FrameStore
 from .stream import COPY_MODES, DEFAULT_MODES, KINDS, MODES, Stream
-from .user_warning import warn
+from ..user_warning import warn
 
 __all__ = ["EpisodeBuilder"]
 

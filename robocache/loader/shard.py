@@ -260,7 +260,7 @@ def lerobot_shard(path, shard_episodes, episodes, video_resize):
     """(this rank's episodes, its :class:`LoadedShard`) of a LeRobot set, from its metadata: the
     episodes holding the rank's samples (``rank_samples``: whole episodes, or runs of samples when whole
     episodes cannot balance the ranks, an episode then read by the two ranks sharing it)."""
-    from .readers.lerobot import episode_weights
+    from ..readers.lerobot import episode_weights
     rank, world = rank_world(shard_episodes)
     ids, rows, weights = episode_weights(path, episodes=episodes, video_resize=video_resize)
     plan = rank_samples(rows, weights, world)

@@ -1,0 +1,1 @@
+"""The DataLoader and what it is made of: window plans, sampling, sharding, batches, resume."""

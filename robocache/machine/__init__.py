@@ -1,0 +1,1 @@
+"""What the machine has: host memory this process may take, what the NVIDIA driver says."""

@@ -292,3 +292,31 @@ def test_subset_onto_the_gpu_copies_once(rng, tmp_path, monkeypatch, tier):
         assert f.data.is_pinned() and f.device.type == "cuda"
     same_batches(want, _batches(sub), strides=True)
     same_batches(_batches(ds.subset(mine)), _batches(sub), strides=True)
+
+
+def test_a_new_tier_is_one_class_and_one_registration(rng, monkeypatch):
+    """Issue 45 item 1: a tier written as one class and registered with one line works everywhere a tier
+    name is taken (FrameStore.create, the store's memory, gather, subset, the move), with nothing else taught
+    about it: here plain (unpinned) host memory, its batches equal the cpu tier's frame for frame."""
+    from robocache.frames import tiers
+    from robocache.frames.tiers.base import Tier
+
+    class PlainTier(Tier):
+        name = "plain_test"
+        holds = "frames in plain host memory"
+
+        def make(self, a, *, format, height, width, path, qscale, device):
+            return torch.from_numpy(a.copy()), {}
+
+    monkeypatch.setattr(tiers, "REGISTRY", dict(tiers.REGISTRY))     # the registration undone after the test
+    tiers.register(PlainTier)
+    rows = rng.integers(0, 256, (12, yuv420_bytes(6, 8)), dtype=np.uint8)
+    kw = dict(format="yuv420", height=6, width=8, device="cpu")
+    new, ref = FrameStore.create(rows, tier="plain_test", **kw), FrameStore.create(rows, tier="cpu", **kw)
+    assert new.tier == "plain_test" and new.nbytes == ref.nbytes == rows.nbytes
+    ids = torch.as_tensor([3, 0, 11, -1, 5])
+    assert torch.equal(new.gather(ids), ref.gather(ids))
+    sub = new.subset(np.asarray([4, 2, 9]))
+    assert sub.tier == "plain_test" and torch.equal(sub[:], ref[[4, 2, 9]])
+    with pytest.raises(ValueError, match="tier must be one of"):
+        FrameStore.create(rows, tier="no_such_tier", **kw)

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from numbers import Real
 
 from ..machine import memory
-from .tiers import tier_of
+from .tiers import AUTO_ORDER, tier_of
 
-TIER_ORDER = ("device", "host", "disk", "lossless", "compressed")
-CHOICES = ("auto",) + TIER_ORDER
+CHOICES = ("auto",) + AUTO_ORDER
 # compressed-tier bytes per pixel the plan assumes: 2x the 0.5 bit/pixel measured at qscale 2 on the
 # CR5 arm's 480x640 footage (docs/frame-storage.md); noisier cameras code larger
 JPEG_BITS_PER_PIXEL = 1.0
@@ -182,7 +181,7 @@ def plan(needs: list[Need], choice, b: Budgets, *, device, hint: str = "") -> di
     # explicit choices first, so auto fills around them
     for need in sorted(needs, key=lambda n: per.get(n.name, default) == "auto"):
         want = per.get(need.name, default)
-        tiers = TIER_ORDER if want == "auto" else (want,)
+        tiers = AUTO_ORDER if want == "auto" else (want,)
         for t in tiers:
             kind = tier_of(t)
             size = kind.planned_bytes(need)

@@ -44,6 +44,9 @@ register(JpegTier)           # the atlas is a layout of this tier: tier_of() pic
 register(LosslessTier)
 
 TIERS = tuple(REGISTRY)
+# frames="auto": the first of these with room, in this order (device, host, disk, lossless, then lossy JPEG)
+AUTO_ORDER = tuple(sorted((n for n, c in REGISTRY.items() if c.auto_rank is not None),
+                          key=lambda n: REGISTRY[n].auto_rank))
 
 
 def tier_of(name: str, *, atlas: bool = False) -> Tier:
@@ -58,4 +61,4 @@ def tier_of(name: str, *, atlas: bool = False) -> Tier:
     return cls()
 
 
-__all__ = ["REGISTRY", "TIERS", "Tier", "memory_tier", "register", "tier_of"]
+__all__ = ["AUTO_ORDER", "REGISTRY", "TIERS", "Tier", "memory_tier", "register", "tier_of"]

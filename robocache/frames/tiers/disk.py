@@ -20,6 +20,7 @@ def from_map(a):
 
 class DiskTier(Tier):
     name = "disk"
+    auto_rank = 2
     holds = "frames in a memory-mapped file"
     needs_cache_folder = True
     ingest_into = "disk"

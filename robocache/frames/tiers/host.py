@@ -7,6 +7,7 @@ from .rows import take_rows
 
 class HostTier(Tier):
     name = "host"
+    auto_rank = 1
     holds = "frames in pinned host memory"
     decoded_in_host = True
     ingest_into = "host"

@@ -9,6 +9,7 @@ from .coded import CodedTier
 
 class JpegTier(CodedTier):
     name = "compressed"
+    auto_rank = 4
     holds = "frames as JPEG"
     formats = ("jpeg",)
     lossy = True

@@ -7,6 +7,7 @@ from .coded import CodedTier
 
 class LosslessTier(CodedTier):
     name = "lossless"
+    auto_rank = 3
     holds = "frames losslessly coded"
     formats = ("lossless",)
 

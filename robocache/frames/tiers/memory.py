@@ -7,6 +7,7 @@ from .rows import take_rows
 
 class DeviceTier(Tier):
     name = "device"
+    auto_rank = 0
     holds = "frames in GPU memory"
     on_gpu = True
     in_memory = True
@@ -38,6 +39,7 @@ class DeviceTier(Tier):
 class CpuTier(DeviceTier):
     """The device tier of a CPU dataset."""
     name = "cpu"
+    auto_rank = None     # a CPU dataset's memory tier: frames="device" or "host" lands here
     holds = "frames in plain memory"
     on_gpu = False
     decoded_in_host = True

@@ -202,7 +202,7 @@ def convert_v21_to_v30(src: Path, dst: Path, episodes, *, per_data_file: int = 3
     spans = {}
     for key in video_keys:
         (dst / f"videos/{key}/chunk-000").mkdir(parents=True)
-        spans[key] = _concat_videos(av, [src / info["video_path"].format(episode_chunk=0, video_key=key,
+        spans[key] = concat_videos(av, [src / info["video_path"].format(episode_chunk=0, video_key=key,
                                                                           episode_index=e) for e in episodes],
                                     dst / f"videos/{key}/chunk-000", per_video_file, fps)
         for col in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
@@ -242,7 +242,7 @@ def convert_v21_to_v30(src: Path, dst: Path, episodes, *, per_data_file: int = 3
     return {"lengths": lengths, "data_files": sorted(set(data_file)), "spans": spans}
 
 
-def _concat_videos(av, paths, folder: Path, per_file: int, fps: float) -> list:
+def concat_videos(av, paths, folder: Path, per_file: int, fps: float) -> list:
     """mp4s concatenated ``per_file`` at a time, packets copied (no re-encoding), each one's timestamps moved
     to follow the previous one's; returns (file index, from_timestamp, to_timestamp) per input."""
     out = []

@@ -167,7 +167,8 @@ class Dataset:
                      video_timestamps: str = "pts", show_progress: bool | None = None, max_workers: int | None = None,
                      validate: bool = True, frames="auto", device_memory: int | None = None,
                      host_memory: int | None = None, cache: bool = True, missing_files: str = "error",
-                     missing_videos: str = "error", jpeg_qscale: int = 2, shard_episodes=False) -> "Dataset":
+                     missing_videos: str = "error", jpeg_qscale: int = 2, shard_episodes=False,
+                     storage_options: dict | None = None) -> "Dataset":
         """Load a LeRobot v2.0/v2.1/v3.0 dataset folder (GR00T flavour included) as a Dataset.
 
         Parameters
@@ -175,7 +176,9 @@ class Dataset:
         path : str or PathLike
             The dataset root (holding ``meta/info.json``), or a Hub repo id (``"lerobot/pusht"``) of a set
             LeRobot has downloaded (``$HF_LEROBOT_HOME/<repo_id>``, where ``LeRobotDataset(repo_id)`` keeps
-            it). robocache reads local files only: a set not there is an error saying how to fetch it.
+            it), or a URL (``s3://``, ``gs://``, ``hf://datasets/org/name``, ``https://``): this rank's
+            episodes are then fetched by byte range into a node-local mirror first (robocache.remote,
+            docs/remote.md).
         load_video : bool
             Decode the video features once, at load, into image streams (default). False leaves
             videos out. Frames are kept as YUV 4:2:0, as the decoder hands them back (1.5 bytes per
@@ -220,6 +223,8 @@ class Dataset:
             lossless, and only then compressed (with a warning).
         jpeg_qscale : int
             The compressed tier's quality: FFmpeg's MJPEG ``-q:v``, 1 finest .. 31 (default 2).
+        storage_options : dict, optional
+            For a URL: fsspec's options (an S3-compatible endpoint, credentials, a Hub endpoint).
         shard_episodes : bool or (rank, world_size)
             Read, decode and hold only this rank's episodes (True: the rank of torch.distributed). The
             episodes are split from the metadata before anything is read, heaviest first (rows x the
@@ -246,12 +251,16 @@ class Dataset:
         """
         from ..frames.videos import load_reader_videos
         from ..readers import lerobot_root, read_lerobot
+        from ..remote import is_url, open_lerobot
         from ..video import check_resize, resolve_backend
         from ..video.times import check_timestamps_mode
         video_resize = check_resize(video_resize)
         if load_video:
             resolve_backend(video_backend)      # a bad name or no decoder: before anything is read
         check_timestamps_mode(video_timestamps)
+        if is_url(path):    # s3://, gs://, hf://, https://: this rank's bytes into a node-local mirror (docs/remote.md)
+            path = open_lerobot(path, episodes=episodes, shard=shard_episodes or None, load_video=load_video,
+                                video_resize=video_resize, storage_options=storage_options)
         path = lerobot_root(path)           # a folder, or a Hub repo id LeRobot has downloaded
         shard = None
         if shard_episodes:

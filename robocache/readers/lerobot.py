@@ -536,7 +536,7 @@ def is_repo_id(path) -> bool:
 def lerobot_root(path) -> Path:
     """The folder of the set ``path`` names: ``path`` itself when it is a folder; else, for a Hub repo id
     (``"lerobot/pusht"``), LeRobot's downloaded copy ``lerobot_home() / repo_id``, as ``LeRobotDataset(repo_id)``
-    finds it. Neither: ReaderError saying how to fetch the set (robocache reads local files only)."""
+    finds it. Neither: ReaderError saying how to fetch the set (a URL goes through robocache.remote first)."""
     root = Path(os.fspath(path))
     if root.is_dir():
         return root
@@ -545,9 +545,10 @@ def lerobot_root(path) -> Path:
         cached = lerobot_home() / text
         if cached.is_dir():
             return cached
-        raise ReaderError(f"{text}: no such dataset folder, nor LeRobot's downloaded copy {cached}. robocache "
-                          f"reads local files: fetch the set once, e.g. `hf download {text} --repo-type dataset "
-                          f"--local-dir {cached}`, or pass the folder's path")
+        raise ReaderError(f"{text}: no such dataset folder, nor LeRobot's downloaded copy {cached}. Pass the "
+                          f"Hub's URL, `hf://datasets/{text}`, to fetch only the episodes this rank loads "
+                          f"(docs/remote.md), fetch the set once (`hf download {text} --repo-type dataset "
+                          f"--local-dir {cached}`), or pass the folder's path")
     raise ReaderError(f"{root}: no such dataset folder")
 
 

@@ -46,7 +46,7 @@ register(LosslessTier)
 TIERS = tuple(REGISTRY)
 # frames="auto": the first of these with room, in this order (device, host, disk, lossless, then lossy JPEG)
 AUTO_ORDER = tuple(sorted((n for n, c in REGISTRY.items() if c.auto_rank is not None),
-                          key=lambda n: REGISTRY[n].auto_rank))
+                          key=lambda n: REGISTRY[n].auto_rank or 0))
 
 
 def tier_of(name: str, *, atlas: bool = False) -> Tier:

@@ -22,7 +22,7 @@ class Tier:
     lossy = False        # batches differ from the decoded frames (JPEG): the plan warns when auto picks it
     shares_atlas = False  # cameras of one geometry may share its frames (robocache.frames.atlas)
     decoded_in_host = False      # decoded rows held in host RAM (counted against the host budget)
-    auto_rank = None     # where frames="auto" tries it (lowest first); None: never a plan choice
+    auto_rank: int | None = None     # where frames="auto" tries it (lowest first); None: never a plan choice
     ingest_into = ""     # where ingest_videos decodes its frames ("" for a coded tier: ingest_compressed codes)
     in_memory = False    # the storage is a plain tensor on the store's own device (read as it is)
 

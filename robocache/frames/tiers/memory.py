@@ -7,7 +7,7 @@ from .rows import take_rows
 
 class DeviceTier(Tier):
     name = "device"
-    auto_rank = 0
+    auto_rank: int | None = 0
     holds = "frames in GPU memory"
     on_gpu = True
     in_memory = True

@@ -1,18 +1,34 @@
-"""Frames to an mp4 with PyAV's encoders (the demo's LeRobot set; LeRobot's own AV1 settings)."""
+"""Frames to an mp4 with PyAV's encoders (the demo's LeRobot set; LeRobot's own AV1 settings).
+
+Imports nothing of robocache at module level: the AV1 encode runs this file in a child process (see
+``encode_mp4``), which then needs only PyAV and NumPy.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
-from .._util import require
+#: tries of an AV1 encode before giving up, and its deadline: generous (a loaded 2-core machine encodes
+#: the demo's frames in seconds; a deadline missed only costs a retry)
+AV1_TRIES = 3
+AV1_DEADLINE_S = 120.0
+
+
+def _av():
+    from .._util import require
+    return require("av", "lerobot", "encoding video")
 
 
 def pick_encoder(codec: str | None = None) -> str:
     """The first video encoder PyAV has of: LeRobot's default AV1 (libsvtav1), H.264, MPEG-4 part 2."""
-    av = require("av", "lerobot", "encoding video")
-
+    av = _av()
     for name in ([codec] if codec else ["libsvtav1", "libx264", "mpeg4"]):
         try:
             av.codec.Codec(name, "w")
@@ -24,8 +40,48 @@ def pick_encoder(codec: str | None = None) -> str:
 
 
 def encode_mp4(path, video: np.ndarray, codec: str, fps: int) -> None:
-    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0."""
-    av = require("av", "lerobot", "encoding video")
+    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0.
+
+    SVT-AV1, the AV1 encoder PyAV bundles, now and then stops for good inside ``svt_av1_enc_send_picture``
+    on a loaded machine (an encoder deadlock: idle CPU, no error; seen about once in 40 demo sets on the
+    2-core CI machine, SVT-AV1 issues 2300 and 2311). So an AV1 encode runs in a child process with a
+    deadline, started again when it misses it; a process stopped for good is killed, not waited on."""
+    _av()                                   # a clear error here when PyAV is missing, not in the child
+    if codec != "libsvtav1":
+        encode_frames(path, video, codec, fps)
+        return
+    with tempfile.TemporaryDirectory(prefix="robocache-encode-") as tmp:
+        frames, part = Path(tmp) / "frames.npy", Path(tmp) / "out.mp4"
+        np.save(frames, np.ascontiguousarray(video))
+        run = (f"import runpy, sys, numpy as np; runpy.run_path({__file__!r})['encode_frames']"
+               f"(sys.argv[1], np.load(sys.argv[2]), sys.argv[3], int(sys.argv[4]))")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        for attempt in range(1, AV1_TRIES + 1):
+            try:
+                done = subprocess.run([sys.executable, "-c", run, str(part), str(frames), codec, str(int(fps))],
+                                      env=env, capture_output=True, text=True, timeout=AV1_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                continue                    # the deadlock above: the child was killed, start it again
+            if done.returncode != 0:
+                raise RuntimeError(f"{path}: encoding {len(video)} frames with {codec} failed: "
+                                   f"{done.stderr.strip()[-2000:]}")
+            _move(part, Path(path))
+            return
+    raise RuntimeError(f"{path}: the {codec} encoder stopped without finishing {len(video)} frames {AV1_TRIES} "
+                       f"times ({AV1_DEADLINE_S:.0f} s each); encode with codec='libx264' instead")
+
+
+def _move(src: Path, dst: Path) -> None:
+    """``src`` to ``dst`` (another file system, possibly): copied, then renamed into place."""
+    import shutil
+    tmp = dst.with_name(dst.name + ".part")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def encode_frames(path, video: np.ndarray, codec: str, fps: int) -> None:
+    """The encode itself, in this process (PyAV and NumPy only)."""
+    import av
     H, W = video.shape[1:3]
     with av.open(str(path), "w") as out:
         opts = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings

@@ -12,6 +12,7 @@ import sys
 import tempfile
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def encode_frames(path, video: np.ndarray, codec: str, fps: int) -> None:
     H, W = video.shape[1:3]
     with av.open(str(path), "w") as out:
         opts = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
-        s = out.add_stream(codec, rate=fps, options=opts)
+        s: Any = out.add_stream(codec, rate=fps, options=opts)     # a VideoStream (PyAV types it as any stream)
         s.width, s.height, s.pix_fmt = W, H, "yuv420p"
         s.codec_context.time_base = Fraction(1, fps)
         for i, img in enumerate(video):

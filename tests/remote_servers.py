@@ -108,22 +108,27 @@ class SeaweedFS:
             self.stop()
             raise
 
-    def _wait(self, seconds: float = 60.0) -> None:
-        """Until a bucket can be made and an object written and read back (the volume server registered)."""
+    def _wait(self, seconds: float = 240.0) -> None:
+        """Until a bucket can be made and an object written and read back (the volume server registered).
+        Each try is bounded (5 s to connect, 10 s to read): a request the half-started filer accepts but does
+        not answer would otherwise take botocore's 60 s read timeout, the whole wait, on one try (seen on the
+        loaded 2-core CI machine); the wait itself is long, since there the four servers take a while."""
         import s3fs
         deadline = time.monotonic() + seconds
         last = None
+        probe = dict(self.options())
+        probe["config_kwargs"] = dict(probe["config_kwargs"], connect_timeout=5, read_timeout=10)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"weed exited with {self.proc.returncode}: "
                                    f"{(self.folder / 'weed.log').read_text()[-2000:]}")
             try:
-                fs = s3fs.S3FileSystem(**self.options(), skip_instance_cache=True)
+                fs = s3fs.S3FileSystem(**probe, skip_instance_cache=True)
                 with contextlib.suppress(FileExistsError):
                     fs.mkdir("ready")
                 fs.pipe("ready/probe", b"ok")
                 if fs.cat("ready/probe") == b"ok":
-                    self.fs = fs
+                    self.fs = s3fs.S3FileSystem(**self.options(), skip_instance_cache=True)
                     return
             except Exception as e:  # noqa: BLE001 - not up yet
                 last = e

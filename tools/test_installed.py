@@ -6,8 +6,8 @@ checking where `import robocache` resolves.
 
     python tools/test_installed.py REPO [pytest arguments...]     e.g.  REPO -q -m cuda
 
-Tests that read the source tree (test_layering.py and test_loader_rooms.py: they parse robocache/
-and csrc/) are left out.
+Tests that read the source tree (test_layering.py, test_loader_rooms.py and test_architecture_doc.py: they
+parse robocache/ and csrc/) are left out.
 The data comes from ROBOCACHE_DATA, else REPO/../shared/data, else REPO/shared/data; tests that
 need it skip when none exists. Exit status: pytest's.
 """
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SOURCE_TREE_TESTS = ["test_layering.py", "test_loader_rooms.py"]
+SOURCE_TREE_TESTS = ["test_layering.py", "test_loader_rooms.py", "test_architecture_doc.py"]
 
 
 def leave_out(repo: Path):

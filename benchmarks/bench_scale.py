@@ -37,9 +37,11 @@ Measured in one run, with the GPU's name:
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -667,6 +669,7 @@ def main(argv=None) -> int:
 
     # ---- the torch DataLoader over AV1 mp4s ----------------------------------------------------
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    atexit.register(shutil.rmtree, tmp, True)       # GBs of mp4s, gone however the run ends
     t = time.perf_counter()
     mp4s = encode_mp4s(pool[:1024], args.mp4_episodes, tmp)
     res["mp4"] = {"episodes": args.mp4_episodes, "encode_s": time.perf_counter() - t,

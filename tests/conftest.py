@@ -23,10 +23,17 @@ import numpy as np
 import pytest
 
 # decoded-frame cache entries of the test session go to a throwaway folder, not the user's
-# ~/.cache/robocache (tests that exercise the cache set their own per test)
+# ~/.cache/robocache (tests that exercise the cache set their own per test). The folder is removed when the
+# session's process exits: a whole suite leaves ~800 MB of entries there, and left behind, run after run, they
+# filled the disk CI shares (a CI run then failed with 201 errors). Only the process that made it removes it:
+# a forked child that exits normally runs the parent's atexit handlers too.
 if "ROBOCACHE_CACHE_DIR" not in os.environ:
+    import atexit
     import tempfile
-    os.environ["ROBOCACHE_CACHE_DIR"] = tempfile.mkdtemp(prefix="robocache-test-cache-")
+    _session_cache = tempfile.mkdtemp(prefix="robocache-test-cache-")
+    os.environ["ROBOCACHE_CACHE_DIR"] = _session_cache
+    _session_pid = os.getpid()
+    atexit.register(lambda: os.getpid() == _session_pid and shutil.rmtree(_session_cache, ignore_errors=True))
 
 from reference import (FLOAT_DTYPES, SLERP_ATOL, assert_close, assert_equal, bf16_round, dtype_name, is_torch,
                        poisoned, resample_ref, snapshot, to_numpy)

@@ -207,6 +207,11 @@ def test_recorded_matrix_is_the_one_pyav_applies(name, clips, DATA):
         assert errors[("bt601", False)] < 1.5 and min(v for k, v in errors.items() if k[1]) > 5, errors
         return
     best = min(errors, key=errors.get)
+    if name == "h264_yuvj" and int(av.__version__.split(".")[0]) < 17:
+        # PyAV before 17 converts yuvj420p to RGB with the limited range (seen with 15.1 and 16.0, the releases
+        # LeRobot 0.4 pins), against the file's own tag; robocache follows the tag, as PyAV 17 and FFmpeg do
+        assert info.full_range and best == ("bt601", False), (info, errors)
+        return
     assert best == (info.matrix, info.full_range), f"PyAV applies {best}, probe recorded {info}: {errors}"
     others = sorted(v for k, v in errors.items() if k != best)
     assert errors[best] < 1.5 and others[0] > errors[best] + 1.0, errors

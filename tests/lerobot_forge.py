@@ -27,11 +27,12 @@ V21_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index
 
 
 def write_lerobot(root: Path, rng, lengths=(6, 9, 5, 7), fps=10.0, state_names=None, action_names=None,
-                  episode_tasks=None, camera=None, stats=False) -> dict:
+                  episode_tasks=None, camera=None, stats=False, pictures=None) -> dict:
     """Episodes 0..E-1 of ``lengths`` rows: ``observation.state`` [3] float32, ``action`` [2] float32,
     ``timestamp``, ``frame_index``, ``episode_index``, ``index`` (global), ``task_index`` (LeRobot's).
     ``camera=(H, W)``: a ``CAMERA`` video feature, episode e's mp4 holding ``picture(e, f, (H, W))`` for its
-    rows f (one frame per row from t = 0, yuv420p; at most 23 rows an episode). ``stats``: each episode's
+    rows f (one frame per row from t = 0, yuv420p; at most 23 rows an episode), or ``pictures(e, n, (H, W))``'s
+    [n, H, W, 3] uint8 frames when given (any length). ``stats``: each episode's
     statistics of state and action in ``meta/episodes_stats.jsonl``, computed as LeRobot's v2.1 recorder does.
     Returns ``{"state": [per-episode arrays], "action": [...], "task_index": [per episode]}``."""
     pa = pytest.importorskip("pyarrow")
@@ -84,8 +85,9 @@ def write_lerobot(root: Path, rng, lengths=(6, 9, 5, 7), fps=10.0, state_names=N
         out["action"].append(ac)
         out["task_index"].append(ti)
         if camera is not None:
+            frames = pictures(e, n, camera) if pictures else np.stack([picture(e, f, camera) for f in range(n)])
             _write_episode_video(root / V21_VIDEO.format(episode_chunk=0, video_key=CAMERA, episode_index=e),
-                                 np.stack([picture(e, f, camera) for f in range(n)]), fps)
+                                 frames, fps)
         g += n
     if stats:
         (root / "meta/episodes_stats.jsonl").write_text("".join(
@@ -105,6 +107,11 @@ def picture(episode: int, frame: int, size) -> np.ndarray:
     yy, xx = np.mgrid[0:H, 0:W]
     return np.stack([np.full((H, W), 20 + 9 * frame), 40 + (150 * xx) // max(W - 1, 1),
                      30 + 40 * (episode % 4) + (60 * yy) // max(H - 1, 1)], -1).astype(np.uint8)
+
+
+def noise_pictures(episode: int, n: int, size) -> np.ndarray:
+    """[n, H, W, 3] uint8 of uniform noise seeded by the episode: a video of any length (``pictures=``)."""
+    return np.random.default_rng(episode).integers(0, 256, (n, *size, 3), dtype=np.uint8)
 
 
 def _write_episode_video(path: Path, frames: np.ndarray, fps) -> None:

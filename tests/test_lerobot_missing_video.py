@@ -4,7 +4,7 @@ the camera); ``doctor`` calls the set broken and names the file. The doctor chec
 files present, rows against the metadata, each episode's span against its video, timestamps against frames.
 
 Sets are written here: v3.0 by ``robocache.demo.write_lerobot`` (one camera, every episode a span of one
-mp4), v2.1 by ``lerobot_forge.write_lerobot`` with one mp4 per episode added.
+mp4), v2.1 by ``lerobot_forge.write_lerobot`` with its camera (one mp4 of noise per episode).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import robocache  # noqa: E402
+from lerobot_forge import CAMERA, noise_pictures  # noqa: E402
 from lerobot_forge import write_lerobot as write_v21  # noqa: E402
 from robocache import doctor  # noqa: E402
 from robocache.demo import LEROBOT_CAMERA, write_lerobot  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
-from robocache.video.encode import encode_mp4, pick_encoder  # noqa: E402
 
-V21_CAMERA = "observation.images.wrist"
+V21_CAMERA = CAMERA
 V21_VIDEO = "videos/chunk-000/{key}/episode_{e:06d}.mp4"
 FPS = 15
 
@@ -46,17 +46,7 @@ def v21(tmp_path, rng):
     """A v2.1 set of 3 episodes (lengths 6, 9, 5 at 10 fps) with a camera: one mp4 per episode, a frame per row."""
     root = tmp_path / "v21"
     lengths = (6, 9, 5)
-    write_v21(root, rng, lengths=lengths, fps=10.0)
-    info = json.loads((root / "meta/info.json").read_text())
-    info["video_path"] = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-    info["features"][V21_CAMERA] = {"dtype": "video", "shape": [32, 32, 3], "names": ["height", "width", "channel"],
-                                    "info": {"video.fps": 10}}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    codec = pick_encoder()
-    for e, n in enumerate(lengths):
-        path = root / V21_VIDEO.format(key=V21_CAMERA, e=e)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        encode_mp4(path, np.random.default_rng(e).integers(0, 256, (n, 32, 32, 3), dtype=np.uint8), codec, 10)
+    write_v21(root, rng, lengths=lengths, fps=10.0, camera=(32, 32), pictures=noise_pictures)
     return root
 
 

@@ -6,6 +6,7 @@ Imports nothing of robocache at module level: the AV1 encode runs this file in a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,8 +41,10 @@ def pick_encoder(codec: str | None = None) -> str:
     raise RuntimeError("PyAV has none of the encoders libsvtav1, libx264, mpeg4")
 
 
-def encode_mp4(path, video: np.ndarray, codec: str, fps: int) -> None:
-    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0.
+def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | None = None,
+               container_options: dict | None = None) -> None:
+    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
+    (LeRobot's settings when None), ``container_options`` the muxer's (``{"movflags": "faststart"}``, say).
 
     SVT-AV1, the AV1 encoder PyAV bundles, now and then stops for good inside ``svt_av1_enc_send_picture``
     on a loaded machine (an encoder deadlock: idle CPU, no error; seen about once in 40 demo sets on the
@@ -49,17 +52,18 @@ def encode_mp4(path, video: np.ndarray, codec: str, fps: int) -> None:
     deadline, started again when it misses it; a process stopped for good is killed, not waited on."""
     _av()                                   # a clear error here when PyAV is missing, not in the child
     if codec != "libsvtav1":
-        encode_frames(path, video, codec, fps)
+        encode_frames(path, video, codec, fps, options, container_options)
         return
     with tempfile.TemporaryDirectory(prefix="robocache-encode-") as tmp:
         frames, part = Path(tmp) / "frames.npy", Path(tmp) / "out.mp4"
         np.save(frames, np.ascontiguousarray(video))
-        run = (f"import runpy, sys, numpy as np; runpy.run_path({__file__!r})['encode_frames']"
-               f"(sys.argv[1], np.load(sys.argv[2]), sys.argv[3], int(sys.argv[4]))")
+        run = (f"import json, runpy, sys, numpy as np; runpy.run_path({__file__!r})['encode_frames']"
+               f"(sys.argv[1], np.load(sys.argv[2]), sys.argv[3], int(sys.argv[4]), *map(json.loads, sys.argv[5:]))")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         for attempt in range(1, AV1_TRIES + 1):
             try:
-                done = subprocess.run([sys.executable, "-c", run, str(part), str(frames), codec, str(int(fps))],
+                done = subprocess.run([sys.executable, "-c", run, str(part), str(frames), codec, str(int(fps)),
+                                       json.dumps(options), json.dumps(container_options)],
                                       env=env, capture_output=True, text=True, timeout=AV1_DEADLINE_S)
             except subprocess.TimeoutExpired:
                 continue                    # the deadlock above: the child was killed, start it again
@@ -80,13 +84,15 @@ def _move(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-def encode_frames(path, video: np.ndarray, codec: str, fps: int) -> None:
+def encode_frames(path, video: np.ndarray, codec: str, fps: int, options: dict | None = None,
+                  container_options: dict | None = None) -> None:
     """The encode itself, in this process (PyAV and NumPy only)."""
     import av
     H, W = video.shape[1:3]
-    with av.open(str(path), "w") as out:
-        opts = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
-        s: Any = out.add_stream(codec, rate=fps, options=opts)     # a VideoStream (PyAV types it as any stream)
+    if options is None:
+        options = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
+    with av.open(str(path), "w", options=container_options or {}) as out:
+        s: Any = out.add_stream(codec, rate=fps, options=options)  # a VideoStream (PyAV types it as any stream)
         s.width, s.height, s.pix_fmt = W, H, "yuv420p"
         s.codec_context.time_base = Fraction(1, fps)
         for i, img in enumerate(video):

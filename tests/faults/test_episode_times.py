@@ -12,7 +12,6 @@ row at ``k / FPS``; the expected row and times come from what the test writes, n
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import warnings
@@ -25,13 +24,11 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import robocache  # noqa: E402
-from lerobot_forge import write_lerobot  # noqa: E402
+from lerobot_forge import CAMERA, noise_pictures, write_lerobot  # noqa: E402
 from robocache import doctor  # noqa: E402
 from robocache.readers import ReaderError  # noqa: E402
-from robocache.video.encode import encode_mp4, pick_encoder  # noqa: E402
 from robocache.video.times import TOLERANCE_S, check_episode  # noqa: E402
 
-CAMERA = "observation.images.wrist"
 VIDEO = "videos/chunk-000/{key}/episode_{e:06d}.mp4"
 FPS = 10
 # the healthy episodes outnumber the bad one's steps, so the set's median step (the reader's fps check) is 1/FPS
@@ -44,17 +41,8 @@ GAP_ROW, GAP_S = 12, 5.0
 def master(tmp_path_factory):
     """A v2.1 set of 3 episodes with a camera: one mp4 per episode, frame k at k / FPS for row k."""
     root = tmp_path_factory.mktemp("times") / "set"
-    write_lerobot(root, np.random.default_rng(0), lengths=LENGTHS, fps=float(FPS))
-    info = json.loads((root / "meta/info.json").read_text())
-    info["video_path"] = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-    info["features"][CAMERA] = {"dtype": "video", "shape": [32, 32, 3], "names": ["height", "width", "channel"],
-                                "info": {"video.fps": FPS}}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    codec = pick_encoder()
-    for e, n in enumerate(LENGTHS):
-        path = root / VIDEO.format(key=CAMERA, e=e)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        encode_mp4(path, np.random.default_rng(e).integers(0, 256, (n, 32, 32, 3), dtype=np.uint8), codec, FPS)
+    write_lerobot(root, np.random.default_rng(0), lengths=LENGTHS, fps=float(FPS), camera=(32, 32),
+                  pictures=noise_pictures)
     return root
 
 

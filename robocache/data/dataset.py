@@ -144,12 +144,16 @@ class Dataset:
         return cls(streams, eps, device=builder.device, time_origin_ns=origin, source=source)
 
     @classmethod
-    def _from_read(cls, eps, device, validate: bool, frames: Mapping[str, tuple] | None = None) -> "Dataset":
+    def _from_read(cls, eps, device, validate: bool, frames: Mapping[str, tuple] | None = None,
+                   shard=None) -> "Dataset":
         """A Dataset from a reader's ``Episodes`` (readers return plain episode data), with the frame stores
-        its videos were loaded into (``robocache.frames.videos.load_reader_videos``) when it has any."""
-        return cls._with_task_table(cls.from_episodes(eps.episodes, device=device, validate=validate, frames=frames,
-                                                      episode_index=eps.extra.get("episode_index"),
-                                                      **eps.kwargs()), eps)
+        its videos were loaded into (``robocache.frames.videos.load_reader_videos``) when it has any, and the
+        shard plan its episodes were chosen by (``robocache.loader.shard``) when only a rank's were read."""
+        ds = cls._with_task_table(cls.from_episodes(eps.episodes, device=device, validate=validate, frames=frames,
+                                                    episode_index=eps.extra.get("episode_index"),
+                                                    **eps.kwargs()), eps)
+        ds.shard = shard
+        return ds
 
     @staticmethod
     def _with_task_table(ds: "Dataset", eps) -> "Dataset":
@@ -262,9 +266,8 @@ class Dataset:
             path = open_lerobot(path, episodes=episodes, shard=shard_episodes or None, load_video=load_video,
                                 video_resize=video_resize, storage_options=storage_options)
         path = lerobot_root(path)           # a folder, or a Hub repo id LeRobot has downloaded
-        shard = None
-        if shard_episodes:
-            episodes, shard = _lerobot_shard(path, shard_episodes, episodes, video_resize)
+        episodes, shard = (_lerobot_shard(path, shard_episodes, episodes, video_resize) if shard_episodes
+                           else (episodes, None))
         eps = read_lerobot(path, load_video=load_video, episodes=episodes, modality_subkeys=modality_subkeys,
                            annotations=annotations, max_workers=max_workers, missing_files=missing_files,
                            missing_videos=missing_videos)
@@ -274,9 +277,7 @@ class Dataset:
                                     device_memory=device_memory, host_memory=host_memory, resize=video_resize,
                                     backend=video_backend, cache=cache, workers=max_workers,
                                     show_progress=show_progress, jpeg_qscale=jpeg_qscale)
-        ds = cls._from_read(eps, device, validate, frames=stored or None)
-        ds.shard = shard
-        return ds
+        return cls._from_read(eps, device, validate, frames=stored or None, shard=shard)
 
     @classmethod
     def from_robomimic(cls, path, obs_keys=None, filter_key: str | None = None, rate: float | None = None, *,

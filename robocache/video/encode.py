@@ -42,28 +42,34 @@ def pick_encoder(codec: str | None = None) -> str:
 
 
 def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | None = None,
-               container_options: dict | None = None) -> None:
-    """Frames [n, H, W, 3] uint8 into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
+               container_options: dict | None = None, *, pix_fmt: str = "yuv420p", colorspace: int | None = None,
+               color_range: int | None = None) -> None:
+    """Frames [n, H, W, 3] uint8 RGB into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
     (LeRobot's settings when None), ``container_options`` the muxer's (``{"movflags": "faststart"}``, say).
+    ``colorspace`` and ``color_range`` (FFmpeg's AVColorSpace / AVColorRange numbers: 1 BT.709, 1 limited,
+    2 full) tag the stream, and the frames are converted to ``pix_fmt`` with that matrix and range, so the
+    pixels say what the tags say; untagged by default, as LeRobot writes.
 
     SVT-AV1, the AV1 encoder PyAV bundles, now and then stops for good inside ``svt_av1_enc_send_picture``
     on a loaded machine (an encoder deadlock: idle CPU, no error; seen about once in 40 demo sets on the
     2-core CI machine, SVT-AV1 issues 2300 and 2311). So an AV1 encode runs in a child process with a
     deadline, started again when it misses it; a process stopped for good is killed, not waited on."""
     _av()                                   # a clear error here when PyAV is missing, not in the child
+    kw: dict[str, Any] = {"options": options, "container_options": container_options, "pix_fmt": pix_fmt, "colorspace": colorspace,
+          "color_range": color_range}
     if codec != "libsvtav1":
-        encode_frames(path, video, codec, fps, options, container_options)
+        encode_frames(path, video, codec, fps, **kw)
         return
     with tempfile.TemporaryDirectory(prefix="robocache-encode-") as tmp:
         frames, part = Path(tmp) / "frames.npy", Path(tmp) / "out.mp4"
         np.save(frames, np.ascontiguousarray(video))
         run = (f"import json, runpy, sys, numpy as np; runpy.run_path({__file__!r})['encode_frames']"
-               f"(sys.argv[1], np.load(sys.argv[2]), sys.argv[3], int(sys.argv[4]), *map(json.loads, sys.argv[5:]))")
+               f"(sys.argv[1], np.load(sys.argv[2]), sys.argv[3], int(sys.argv[4]), **json.loads(sys.argv[5]))")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         for attempt in range(1, AV1_TRIES + 1):
             try:
                 done = subprocess.run([sys.executable, "-c", run, str(part), str(frames), codec, str(int(fps)),
-                                       json.dumps(options), json.dumps(container_options)],
+                                       json.dumps(kw)],
                                       env=env, capture_output=True, text=True, timeout=AV1_DEADLINE_S)
             except subprocess.TimeoutExpired:
                 continue                    # the deadlock above: the child was killed, start it again
@@ -85,7 +91,8 @@ def _move(src: Path, dst: Path) -> None:
 
 
 def encode_frames(path, video: np.ndarray, codec: str, fps: int, options: dict | None = None,
-                  container_options: dict | None = None) -> None:
+                  container_options: dict | None = None, pix_fmt: str = "yuv420p", colorspace: int | None = None,
+                  color_range: int | None = None) -> None:
     """The encode itself, in this process (PyAV and NumPy only)."""
     import av
     H, W = video.shape[1:3]
@@ -93,10 +100,17 @@ def encode_frames(path, video: np.ndarray, codec: str, fps: int, options: dict |
         options = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
     with av.open(str(path), "w", options=container_options or {}) as out:
         s: Any = out.add_stream(codec, rate=fps, options=options)  # a VideoStream (PyAV types it as any stream)
-        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+        s.width, s.height, s.pix_fmt = W, H, pix_fmt
         s.codec_context.time_base = Fraction(1, fps)
+        tagged = colorspace is not None or color_range is not None
+        if colorspace is not None:
+            s.codec_context.colorspace = colorspace
+        if color_range is not None:
+            s.codec_context.color_range = color_range
         for i, img in enumerate(video):
             f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            if tagged or pix_fmt != "yuv420p":     # converted by the tags' matrix and range (the encoder's own
+                f = f.reformat(format=pix_fmt, dst_colorspace=colorspace, dst_color_range=color_range)  # is 601)
             f.pts, f.time_base = i, Fraction(1, fps)
             out.mux(s.encode(f))
         out.mux(s.encode())

@@ -75,7 +75,7 @@ def natural_frames(n, h, w, seed):
 
 def generate(folder: Path, episodes: int, frames: int, h: int = 480, w: int = 640) -> list[str]:
     """LeRobot's encoding: libsvtav1, yuv420p, g=2, crf=30, 30 fps; one mp4 per episode."""
-    import av
+    from robocache.video.encode import encode_mp4
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -84,17 +84,9 @@ def generate(folder: Path, episodes: int, frames: int, h: int = 480, w: int = 64
         paths.append(str(p))
         if p.exists():
             continue
-        tmp = p.with_suffix(".tmp.mp4")
-        with av.open(str(tmp), "w") as c:
-            s = c.add_stream("libsvtav1", rate=30)
-            s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-            s.options = {"g": "2", "crf": "30"}
-            for img in natural_frames(frames + (e % 7) * 10, h, w, seed=e):
-                for pkt in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                    c.mux(pkt)
-            for pkt in s.encode():
-                c.mux(pkt)
-        tmp.rename(p)
+        # robocache's writer: AV1 in a child with a deadline, the file moved into place when whole
+        encode_mp4(p, np.stack(list(natural_frames(frames + (e % 7) * 10, h, w, seed=e))), "libsvtav1", 30,
+                   {"g": "2", "crf": "30"})
         print(f"  encoded {p.name}", file=sys.stderr, flush=True)
     return paths
 

@@ -64,6 +64,7 @@ from groot_sized import GrootSized  # noqa: E402
 from robocache import Window  # noqa: E402
 from robocache.frames.jpeg import decode_rows_cpu, encode_all, pack  # noqa: E402
 from robocache.frames.store import FrameStore, yuv420_bytes  # noqa: E402
+from robocache.video.encode import encode_mp4  # noqa: E402
 
 H, W, FPS, EP_LEN, CAMS = 180, 320, 15, 300, ("exterior_1", "exterior_2", "wrist")
 STATE, ACTION, CHUNK = 8, 7, 16
@@ -363,20 +364,11 @@ def encode_mp4s(pool, E: int, root: Path) -> list:
 
 def _encode_one(args):
     os.environ["SVT_LOG"] = "1"          # SVT-AV1's banner per file, otherwise
-    import av
     path, seed, pool = args
-    rng = np.random.default_rng(seed)
-    pick = rng.integers(0, len(pool), EP_LEN)
-    with av.open(path, "w") as c:
-        s = c.add_stream("libsvtav1", rate=FPS)
-        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
-        s.options = {"g": "2", "crf": "30", "preset": "12"}
-        for i in pick:
-            f = av.VideoFrame.from_ndarray(pool[i].reshape(H * 3 // 2, W), format="yuv420p")
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
+    pick = np.random.default_rng(seed).integers(0, len(pool), EP_LEN)
+    # robocache's writer: an AV1 encode in a child with a deadline (SVT-AV1 can deadlock on a loaded machine)
+    encode_mp4(path, pool[pick].reshape(EP_LEN, H * 3 // 2, W), "libsvtav1", FPS,
+               {"g": "2", "crf": "30", "preset": "12"}, input_format="yuv420p")
 
 
 class PyAVSamples(torch.utils.data.Dataset):

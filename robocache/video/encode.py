@@ -43,8 +43,9 @@ def pick_encoder(codec: str | None = None) -> str:
 
 def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | None = None,
                container_options: dict | None = None, *, pix_fmt: str = "yuv420p", colorspace: int | None = None,
-               color_range: int | None = None) -> None:
-    """Frames [n, H, W, 3] uint8 RGB into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
+               color_range: int | None = None, input_format: str = "rgb24") -> None:
+    """Frames [n, H, W, 3] uint8 RGB (``input_format="yuv420p"``: I420 planes [n, H * 3 / 2, W], as decoders
+    hand them back) into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
     (LeRobot's settings when None), ``container_options`` the muxer's (``{"movflags": "faststart"}``, say).
     ``colorspace`` and ``color_range`` (FFmpeg's AVColorSpace / AVColorRange numbers: 1 BT.709, 1 limited,
     2 full) tag the stream, and the frames are converted to ``pix_fmt`` with that matrix and range, so the
@@ -56,7 +57,7 @@ def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | No
     deadline, started again when it misses it; a process stopped for good is killed, not waited on."""
     _av()                                   # a clear error here when PyAV is missing, not in the child
     kw: dict[str, Any] = {"options": options, "container_options": container_options, "pix_fmt": pix_fmt, "colorspace": colorspace,
-          "color_range": color_range}
+          "color_range": color_range, "input_format": input_format}
     if codec != "libsvtav1":
         encode_frames(path, video, codec, fps, **kw)
         return
@@ -92,10 +93,10 @@ def _move(src: Path, dst: Path) -> None:
 
 def encode_frames(path, video: np.ndarray, codec: str, fps: int, options: dict | None = None,
                   container_options: dict | None = None, pix_fmt: str = "yuv420p", colorspace: int | None = None,
-                  color_range: int | None = None) -> None:
+                  color_range: int | None = None, input_format: str = "rgb24") -> None:
     """The encode itself, in this process (PyAV and NumPy only)."""
     import av
-    H, W = video.shape[1:3]
+    H, W = video.shape[1:3] if input_format == "rgb24" else (video.shape[1] * 2 // 3, video.shape[2])
     if options is None:
         options = {"g": "2", "crf": "30"} if codec == "libsvtav1" else {"g": "2"}    # LeRobot's AV1 settings
     with av.open(str(path), "w", options=container_options or {}) as out:
@@ -108,7 +109,7 @@ def encode_frames(path, video: np.ndarray, codec: str, fps: int, options: dict |
         if color_range is not None:
             s.codec_context.color_range = color_range
         for i, img in enumerate(video):
-            f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            f = av.VideoFrame.from_ndarray(img, format=input_format)
             if tagged or pix_fmt != "yuv420p":     # converted by the tags' matrix and range (the encoder's own
                 f = f.reformat(format=pix_fmt, dst_colorspace=colorspace, dst_color_range=color_range)  # is 601)
             f.pts, f.time_base = i, Fraction(1, fps)

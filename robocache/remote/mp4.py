@@ -25,7 +25,8 @@ import numpy as np
 from .ranges import merge
 
 #: packets a decoder may read past the frame it hands back: dav1d (AV1) keeps at most 8 frames in flight,
-#: FFmpeg's frame threads at most 16 (its automatic thread count's cap); B-frame reordering adds up to 16
+#: FFmpeg's frame threads at most 16 (its automatic thread count's cap, and robocache's decoder never asks for
+#: more: video.decode.MAX_FRAME_THREADS); B-frame reordering adds up to 16
 AV1_DELAY = 10
 DECODER_DELAY = 16
 REORDER_DELAY = 16

@@ -25,8 +25,12 @@ from .probe import check_resize, opencv_codec, opencv_codec_error, probe_sources
 from .rows import Rows
 from .source import VideoSource, span_bounds
 
-# PyAV decoder threading: frame + slice threads; how many per decoder, the caller's choice
+# PyAV decoder threading: frame + slice threads; how many per decoder, the caller's choice up to
+# MAX_FRAME_THREADS, FFmpeg's own cap on its automatic count. A decoder with n frame threads reads about n
+# packets past the frame it hands back, and a node-local mirror of a remote file holds only that many past
+# a span (remote/mp4.py's DECODER_DELAY): FFmpeg 7 (PyAV 15) given 64 threads read into bytes never fetched
 THREAD_TYPE = "AUTO"
+MAX_FRAME_THREADS = 16
 # two wanted spans of one file further apart than this are reached by a seek, not by decoding through
 SEEK_GAP = 4.0
 
@@ -195,7 +199,7 @@ def _decode_pyav(job: Job, out: Rows, spec: FrameSpec, threads: int, tick, stop)
         with av.open(job.path, mode="r") as container:
             stream = container.streams.video[job.stream]
             stream.thread_type = THREAD_TYPE
-            stream.codec_context.thread_count = threads
+            stream.codec_context.thread_count = min(threads, MAX_FRAME_THREADS)
             fps = float(stream.average_rate) if stream.average_rate else None
             tb = float(stream.time_base) if stream.time_base else None
             for lo, hi in _groups(job):

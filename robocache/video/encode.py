@@ -47,8 +47,8 @@ def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | No
     """Frames [n, H, W, 3] uint8 RGB (``input_format="yuv420p"``: I420 planes [n, H * 3 / 2, W], as decoders
     hand them back) into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
     (LeRobot's settings when None), ``container_options`` the muxer's (``{"movflags": "faststart"}``, say).
-    ``colorspace`` and ``color_range`` (FFmpeg's AVColorSpace / AVColorRange numbers: 1 BT.709, 1 limited,
-    2 full) tag the stream, and the frames are converted to ``pix_fmt`` with that matrix and range, so the
+    ``colorspace`` and ``color_range`` (FFmpeg's AVColorSpace / AVColorRange numbers: colorspace 1 BT.709,
+    9 BT.2020; color_range 1 limited, 2 full) tag the stream, and the frames are converted to ``pix_fmt`` with that matrix and range, so the
     pixels say what the tags say; untagged by default, as LeRobot writes.
 
     SVT-AV1, the AV1 encoder PyAV bundles, now and then stops for good inside ``svt_av1_enc_send_picture``
@@ -56,8 +56,8 @@ def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | No
     2-core CI machine, SVT-AV1 issues 2300 and 2311). So an AV1 encode runs in a child process with a
     deadline, started again when it misses it; a process stopped for good is killed, not waited on."""
     _av()                                   # a clear error here when PyAV is missing, not in the child
-    kw: dict[str, Any] = {"options": options, "container_options": container_options, "pix_fmt": pix_fmt, "colorspace": colorspace,
-          "color_range": color_range, "input_format": input_format}
+    kw: dict[str, Any] = {"options": options, "container_options": container_options, "pix_fmt": pix_fmt,
+                          "colorspace": colorspace, "color_range": color_range, "input_format": input_format}
     if codec != "libsvtav1":
         encode_frames(path, video, codec, fps, **kw)
         return

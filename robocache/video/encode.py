@@ -48,8 +48,8 @@ def encode_mp4(path, video: np.ndarray, codec: str, fps: int, options: dict | No
     hand them back) into an mp4, one frame per 1/fps from t = 0. ``options`` are the encoder's
     (LeRobot's settings when None), ``container_options`` the muxer's (``{"movflags": "faststart"}``, say).
     ``colorspace`` and ``color_range`` (FFmpeg's AVColorSpace / AVColorRange numbers: colorspace 1 BT.709,
-    9 BT.2020; color_range 1 limited, 2 full) tag the stream, and the frames are converted to ``pix_fmt`` with that matrix and range, so the
-    pixels say what the tags say; untagged by default, as LeRobot writes.
+    9 BT.2020; color_range 1 limited, 2 full) tag the stream, and the frames are converted to ``pix_fmt``
+    with that matrix and range, so the pixels say what the tags say; untagged by default, as LeRobot writes.
 
     SVT-AV1, the AV1 encoder PyAV bundles, now and then stops for good inside ``svt_av1_enc_send_picture``
     on a loaded machine (an encoder deadlock: idle CPU, no error; seen about once in 40 demo sets on the

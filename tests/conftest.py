@@ -118,10 +118,16 @@ def cache_env(tmp_path, monkeypatch):
     return d
 
 
+def fresh_seed(nbytes: int = 8) -> int:
+    """ROBOCACHE_TEST_SEED when it is set (a replay), else a fresh seed from os.urandom: the `rng` fixture's,
+    and the module fixtures' that write a random set once for the module."""
+    env = os.environ.get("ROBOCACHE_TEST_SEED")
+    return int(env) if env else int.from_bytes(os.urandom(nbytes), "little")
+
+
 @pytest.fixture
 def rng(request):
-    env = os.environ.get("ROBOCACHE_TEST_SEED")
-    seed = int(env) if env else int.from_bytes(os.urandom(8), "little")
+    seed = fresh_seed()
     request.node._robocache_seed = seed
     return SeededRNG(seed)
 

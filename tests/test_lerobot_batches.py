@@ -21,7 +21,6 @@ LeRobot's own ``LeRobotDataset`` is the oracle in test_lerobot_contract.py, wher
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 torch = pytest.importorskip("torch")
 
 import robocache  # noqa: E402
+from conftest import fresh_seed  # noqa: E402
 from lerobot_forge import (CAMERA, TASKS, V21_VIDEO, assert_lerobot_batch, convert_v21_to_v30,  # noqa: E402
                            picture, pooled_stats, write_lerobot)
 from robocache import DataLoader, Window  # noqa: E402
@@ -207,7 +207,7 @@ def files_truth(name, root, decoded) -> Truth:
 @pytest.fixture(scope="module")
 def forged(tmp_path_factory):
     """The generated v2.1 set and what was written into it (a fresh seed each run: ROBOCACHE_TEST_SEED replays)."""
-    seed = int(os.environ.get("ROBOCACHE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    seed = fresh_seed(4)
     root = tmp_path_factory.mktemp(f"forged-seed{seed}") / "v21"
     written = write_lerobot(root, np.random.default_rng(seed), lengths=FORGED_LENGTHS, camera=SIZE, stats=True)
     return {**written, "root": root, "fps": 10.0, "seed": seed}

@@ -16,7 +16,6 @@ it on every submission. Without LeRobot, test_lerobot_batches.py holds the same 
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
@@ -28,6 +27,7 @@ pytest.importorskip("av")
 pytest.importorskip("pyarrow")
 
 import robocache  # noqa: E402
+from conftest import fresh_seed  # noqa: E402
 from lerobot_forge import (CAMERA, TASKS, assert_lerobot_batch, convert_with_lerobot, record_lerobot,  # noqa: E402
                            write_lerobot)
 from robocache import DataLoader, Window  # noqa: E402
@@ -43,7 +43,7 @@ SETS = ["recorded", "converted"]
 def sets(tmp_path_factory):
     """The forge's v2.1 set (a fresh seed each run: ROBOCACHE_TEST_SEED replays) and the two v3.0 sets
     LeRobot made of it."""
-    seed = int(os.environ.get("ROBOCACHE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    seed = fresh_seed(4)
     base = tmp_path_factory.mktemp(f"lerobot-seed{seed}")
     written = write_lerobot(base / "v21", np.random.default_rng(seed), lengths=LENGTHS, fps=FPS, camera=SIZE,
                             stats=True)

@@ -9,7 +9,6 @@ claim nothing that was not written (the holes poisoned, a clean rerun loads the 
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -19,6 +18,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("av")
 
 import robocache  # noqa: E402
+from conftest import fresh_seed  # noqa: E402
 from remote_servers import FaultProxy, range_http, touch_later  # noqa: E402
 from remote_sets import assert_same, make_sets, mirrors, poison_holes, records  # noqa: E402
 from robocache.remote import RemoteChanged, RemoteError, mirror_lerobot  # noqa: E402
@@ -29,7 +29,7 @@ NAME = "demo-v3.0"
 
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory):
-    seed = int(os.environ.get("ROBOCACHE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    seed = fresh_seed(4)
     folder = tmp_path_factory.mktemp(f"faults-seed{seed}") / "www"
     sets = make_sets(folder, seed, demo_only=True)
     with range_http(folder) as url:

@@ -10,7 +10,6 @@ object changed between runs is fetched again; a rank that adds ranges to a share
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import numpy as np
@@ -22,6 +21,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("av")
 
 import robocache  # noqa: E402
+from conftest import fresh_seed  # noqa: E402
 from remote_servers import range_http, touch_later  # noqa: E402
 from remote_sets import (assert_same, files_of, local_files, make_sets, poison_holes, records,  # noqa: E402
                          stat_key)
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.usefixtures("cache_env")
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    seed = int(os.environ.get("ROBOCACHE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    seed = fresh_seed(4)
     folder = tmp_path_factory.mktemp(f"remote-seed{seed}") / "www"
     sets = make_sets(folder, seed)
     with range_http(folder) as url:

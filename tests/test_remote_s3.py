@@ -7,7 +7,6 @@ is fetched again; a 503 from the store (a proxy in front of it) is retried.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -16,6 +15,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("av")
 
 import robocache  # noqa: E402
+from conftest import fresh_seed  # noqa: E402
 from remote_servers import FaultProxy, SeaweedFS  # noqa: E402
 from remote_sets import assert_same, make_sets, poison_holes, records  # noqa: E402
 from robocache.remote import mirror_lerobot  # noqa: E402
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("cache_env")
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    seed = int(os.environ.get("ROBOCACHE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    seed = fresh_seed(4)
     base = tmp_path_factory.mktemp(f"s3-seed{seed}")
     sets = make_sets(base / "sets", seed)
     weed = SeaweedFS(base / "weed")

@@ -33,13 +33,13 @@ from robocache.frames import cache as rc_cache  # noqa: E402
 from robocache.frames import entry as rc_entry  # noqa: E402
 from robocache.frames import ingest as rc_ingest  # noqa: E402
 from robocache.frames import processes as rc_processes  # noqa: E402
-from robocache.video.encode import encode_mp4  # noqa: E402
 from robocache.frames import writes as rc_writes  # noqa: E402
 from robocache.frames.ingest import FrameSpec, ingest_videos  # noqa: E402
 from robocache.readers import ReaderError, decode_video  # noqa: E402
 from robocache.video import decode as rc_decode  # noqa: E402
 from robocache.video import probe as rc_video  # noqa: E402
 from robocache.video import probe_sources as probe_videos  # noqa: E402
+from robocache.video.encode import encode_mp4  # noqa: E402
 
 REAL = "cr5_flashdrive_av1/videos/chunk-000/observation.images.top"
 AV1_OPTS = {"g": "2", "crf": "30"}  # LeRobot's encoder settings (libsvtav1, yuv420p)

@@ -26,7 +26,6 @@ from robocache import doctor  # noqa: E402
 from robocache.demo import LEROBOT_CAMERA, write_lerobot  # noqa: E402
 from robocache.readers import ReaderError, read_lerobot  # noqa: E402
 
-V21_CAMERA = CAMERA
 V21_VIDEO = "videos/chunk-000/{key}/episode_{e:06d}.mp4"
 FPS = 15
 
@@ -103,22 +102,22 @@ def test_load_video_false_does_not_need_the_videos(v30):
 
 def test_v21_camera_without_any_video_is_an_error(v21):
     for e in range(3):
-        (v21 / V21_VIDEO.format(key=V21_CAMERA, e=e)).unlink()
-    with pytest.raises(ReaderError, match=rf"episode_000000\.mp4: video file not found; camera '{V21_CAMERA}' .*"
+        (v21 / V21_VIDEO.format(key=CAMERA, e=e)).unlink()
+    with pytest.raises(ReaderError, match=rf"episode_000000\.mp4: video file not found; camera '{CAMERA}' .*"
                                           r"episodes \[0, 1, 2\].*missing_videos='drop'"):
         read_lerobot(v21)
     with pytest.warns(UserWarning, match="missing_videos='drop'"):
         eps = read_lerobot(v21, missing_videos="drop")
-    assert V21_CAMERA not in eps.episodes[0] and not eps.extra["videos"]
+    assert CAMERA not in eps.episodes[0] and not eps.extra["videos"]
 
 
 def test_v21_one_episode_without_its_video_names_camera_episode_and_options(v21):
-    gone = v21 / V21_VIDEO.format(key=V21_CAMERA, e=1)
+    gone = v21 / V21_VIDEO.format(key=CAMERA, e=1)
     gone.unlink()
     with pytest.raises(ReaderError) as err:
         read_lerobot(v21)
     msg = str(err.value)
-    assert msg.startswith(f"{gone}: video file not found for camera '{V21_CAMERA}'")
+    assert msg.startswith(f"{gone}: video file not found for camera '{CAMERA}'")
     assert "episodes [1]" in msg and "episodes=[0, 2]" in msg and "missing_videos='drop'" in msg
     with pytest.warns(UserWarning, match="1 of 3 episodes lack its video"):
         eps = read_lerobot(v21, missing_videos="drop")
@@ -129,12 +128,12 @@ def test_camera_no_modality_json_names_and_never_shipped_is_left_out(v21):
     """GR00T's loader reads the cameras meta/modality.json names; one listed beside them and never shipped
     (GR00T's PickNPlace lists such a camera) is left out with a warning, by the loader and the doctor alike."""
     info = json.loads((v21 / "meta/info.json").read_text())
-    info["features"]["observation.images.unshipped"] = dict(info["features"][V21_CAMERA])
+    info["features"]["observation.images.unshipped"] = dict(info["features"][CAMERA])
     (v21 / "meta/info.json").write_text(json.dumps(info))
-    (v21 / "meta/modality.json").write_text(json.dumps({"video": {"wrist": {"original_key": V21_CAMERA}}}))
+    (v21 / "meta/modality.json").write_text(json.dumps({"video": {"wrist": {"original_key": CAMERA}}}))
     with pytest.warns(UserWarning, match="'observation.images.unshipped' is listed .* none of its files exist"):
         eps = read_lerobot(v21)
-    assert list(eps.extra["videos"]) == [V21_CAMERA]
+    assert list(eps.extra["videos"]) == [CAMERA]
     r = doctor.diagnose(v21)
     assert r.ok and [f.code for f in r.findings if f.level == "warning"] == ["video_not_shipped"]
 
@@ -163,11 +162,11 @@ def test_doctor_v30_missing_video_names_the_file(v30, capsys):
 
 
 def test_doctor_v21_missing_video_names_the_file(v21):
-    gone = v21 / V21_VIDEO.format(key=V21_CAMERA, e=2)
+    gone = v21 / V21_VIDEO.format(key=CAMERA, e=2)
     gone.unlink()
     r = doctor.diagnose(v21)
     (miss,) = errors(r, "missing_files")
-    assert miss.where == str(gone) and V21_CAMERA in miss.message and "episodes 2" in miss.message
+    assert miss.where == str(gone) and CAMERA in miss.message and "episodes 2" in miss.message
     assert r.exit_code() == 1
 
 
